@@ -1,0 +1,157 @@
+"""One typed config tree, loaded from TOML with ``a.b=value`` overrides (STYLE.md 14).
+
+Every number of RECIPE.md is a field here (in the component config that owns it) with the reference
+value as its default. Each component's ``FooConfig`` lives beside ``Foo`` in its package; this module only
+composes them and turns a bad file into one readable error:
+
+    ConfigError: configs/local.toml: rl.tis_clip_low = 3.0 — Value error, tis_clip_low (3.0) must be ...
+
+Usage::
+
+    cfg = load_config("configs/local.toml", ["runtime.steps=3", "rl.max_staleness=4"])
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fireflash.engines.config import EngineConfig
+from fireflash.evaluation.config import EvalConfig
+from fireflash.harness.config import HarnessConfig
+from fireflash.models import ModelConfig
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.runtime.config import RuntimeConfig
+from fireflash.sandbox.config import SandboxConfig
+from fireflash.tasks.config import TasksConfig
+from fireflash.training.config import TrainerConfig
+
+
+class TrackingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = Field("runs/local", description="Directory for checkpoints, metrics, trajectories and reports.")
+    tensorboard: bool = Field(True, description="Write TensorBoard event files beside metrics.jsonl.")
+    save_trajectories: bool = Field(True, description="Save every attempt's trajectory JSON.")
+
+
+class FireFlashConfig(BaseModel):
+    """The whole run. Sections mirror the packages of DESIGN.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    rl: ObjectiveConfig = Field(default_factory=ObjectiveConfig)
+    training: TrainerConfig = Field(default_factory=TrainerConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    evaluation: EvalConfig = Field(default_factory=EvalConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message names the source, the field path and the fix."""
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b=value"`` → (["a", "b"], value). Values are TOML literals; anything else is a plain string.
+
+    Raises:
+        ConfigError: no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. runtime.steps=3")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any, source: str) -> None:
+    node = tree
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {'.'.join(path[: i + 1])} is a value, not a section; cannot set {'.'.join(path)}")
+        node = child
+    node[path[-1]] = value
+
+
+def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The field names allowed at ``loc`` (for unknown-key errors)."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        model = annotation
+    return ", ".join(sorted(model.model_fields))
+
+
+def _format(error: ValidationError, source: str, data: dict[str, Any]) -> str:
+    lines = []
+    for e in error.errors():
+        loc = tuple(e["loc"])
+        path = ".".join(str(p) for p in loc) or "(root)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key {path!r}; allowed here: {_allowed(FireFlashConfig, loc)}")
+            continue
+        value = data
+        for part in loc:
+            value = value.get(part, "<missing>") if isinstance(value, dict) else value
+        shown = "<missing>" if e["type"] == "missing" else repr(value)
+        lines.append(f"{source}: {path} = {shown} — {e['msg']}")
+    return "\n".join(lines)
+
+
+def build_config(data: dict[str, Any], source: str = "<config>") -> FireFlashConfig:
+    """Validate a plain dict as a ``FireFlashConfig``.
+
+    Raises:
+        ConfigError: one message listing every bad field with its path, value and what is allowed.
+    """
+    try:
+        return FireFlashConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format(e, source, data)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FireFlashConfig:
+    """Load TOML at ``path`` (None: all defaults), apply ``a.b=value`` overrides, validate.
+
+    Raises:
+        ConfigError: missing or unparsable file, malformed override, or invalid values (named by path).
+    """
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found (pass an existing TOML file, e.g. configs/local.toml)")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        _set_path(data, keys, value, f"override {text!r}")
+    if overrides:
+        source += f" (with overrides {', '.join(overrides)})"
+    return build_config(data, source)
+
+
+def dump_config(cfg: FireFlashConfig) -> str:
+    """The resolved config as TOML (saved into every run directory)."""
+    import tomli_w
+
+    return tomli_w.dumps(cfg.model_dump(mode="json", exclude_none=True))

@@ -1,0 +1,30 @@
+"""Harness configuration (RECIPE.md §4). Identical for training, probing and evaluation."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; the trainer's logprobs use the same.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens_per_turn: int = Field(512, ge=1, description="Per-turn cap; clamped to the room left in context.")
+    n_top_logprobs: int = Field(32, ge=0, description="K top log-probabilities per token for score centering (RECIPE.md §5).")
+
+
+class HarnessConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    max_turns: int = Field(30, ge=1, description="Turn budget per attempt.")
+    max_total_tokens: int = Field(32768, ge=1, description="Sampled + prompt tokens budget over the whole attempt.")
+    context_window_tokens: int = Field(8192, ge=256, description="Model context window, tokens.")
+    compact_at: float = Field(0.85, gt=0.0, le=1.0, description="Compact when context use reaches this share (RECIPE.md §4).")
+    bash_timeout_sec: float = Field(120.0, gt=0, description="Default foreground timeout; past it the command moves to the background.")
+    bash_max_timeout_sec: float = Field(600.0, gt=0, description="Largest timeout the model may ask for.")
+    preview_chars: int = Field(2000, gt=0, description="Characters of command output shown inline (head+tail).")
+    read_default_lines: int = Field(2000, gt=0, description="Read tool's default line limit.")
+    read_max_line_chars: int = Field(2000, gt=0, description="Longer lines are cut in Read output.")
+    few_shot: bool = Field(False, description="Prepend worked tool-call exchanges (recorded in the trajectory).")
+    assistant_prefix: str = Field("", description="Text every assistant turn starts with (prompt tokens, loss mask 0).")
+    system_prompt_path: str | None = Field(None, description="Template file; None uses the built-in efficient-workflow prompt.")

@@ -1,0 +1,21 @@
+"""Runtime configuration: the async loop's sizes (RECIPE.md §1, §5)."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RuntimeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "ray"] = Field("local", description="'local' (asyncio + threads) or 'ray' (actors).")
+    mode: Literal["async", "sync"] = Field("async", description="'sync' exists only as the idle-time baseline.")
+    steps: int = Field(10, ge=1, description="Optimizer steps to run.")
+    group_size: int = Field(12, ge=2, description="Attempts per task in a GRPO group (RECIPE.md §5).")
+    groups_per_step: int = Field(1, ge=1, description="Groups consumed by one optimizer step.")
+    max_inflight_attempts: int = Field(16, ge=1, description="Attempts kept running at all times.")
+    discard_zero_signal_groups: bool = Field(True, description="Drop groups whose R' are all equal (RECIPE.md §1).")
+    max_attempt_retries: int = Field(2, ge=0, description="Retries of an attempt lost to infrastructure.")
+    rollout_threads: int | None = Field(None, ge=1, description="Cores for rollout; None = half (reference: half the GPUs).")
+    trainer_threads: int | None = Field(None, ge=1, description="Cores for training; None = the other half.")
+    seed: int = Field(0, description="Seed of task order and sampling.")

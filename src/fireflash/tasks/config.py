@@ -1,0 +1,37 @@
+"""Task pool, probing and validation-gate configuration (RECIPE.md §2, §3)."""
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempts_per_task: int = Field(4, ge=1, description="Base-policy attempts per candidate task (RECIPE.md §2: >= 4).")
+    keep_min_pass_rate: float = Field(0.15, ge=0.0, le=1.0, description="Keep tasks with pass rate >= this.")
+    keep_max_pass_rate: float = Field(0.85, ge=0.0, le=1.0, description="Keep tasks with pass rate <= this.")
+
+    @model_validator(mode="after")
+    def _range(self) -> "ProbeConfig":
+        if self.keep_min_pass_rate > self.keep_max_pass_rate:
+            raise ValueError(
+                f"keep_min_pass_rate ({self.keep_min_pass_rate}) > keep_max_pass_rate ({self.keep_max_pass_rate})"
+            )
+        return self
+
+
+class GatesConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cold_starts: int = Field(5, ge=1, description="Gate 4: cold starts that must each succeed.")
+    cold_start_deadline_sec: float = Field(30.0, gt=0, description="Gate 4: deadline of one cold start.")
+    determinism_repeats: int = Field(3, ge=2, description="Gate 9: times the same final state is scored.")
+    fuzz_cases: int = Field(8, ge=1, description="Gate 8: malformed workspaces scored per task.")
+
+
+class TasksConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(default_factory=lambda: ["bundled:train"], description="Task dirs or 'bundled:SPLIT'.")
+    pool_manifest: str | None = Field(None, description="Probe manifest; when set, only its kept tasks are trained on.")
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
