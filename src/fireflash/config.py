@@ -4,7 +4,8 @@ Every number of RECIPE.md is a field here (in the component config that owns it)
 value as its default. Each component's ``FooConfig`` lives beside ``Foo`` in its package; this module only
 composes them and turns a bad file into one readable error:
 
-    ConfigError: configs/local.toml: rl.tis_clip_low = 3.0 — Value error, tis_clip_low (3.0) must be ...
+    ConfigError: invalid config configs/local.toml:
+      runtime.group_size = 1: Input should be greater than or equal to 2
 
 Usage::
 
@@ -98,18 +99,23 @@ def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
 
 
 def _format(error: ValidationError, source: str, data: dict[str, Any]) -> str:
-    lines = []
+    lines = [f"invalid config {source}:"]
     for e in error.errors():
         loc = tuple(e["loc"])
         path = ".".join(str(p) for p in loc) or "(root)"
         if e["type"] == "extra_forbidden":
-            lines.append(f"{source}: unknown key {path!r}; allowed here: {_allowed(FireFlashConfig, loc)}")
+            lines.append(f"  {path}: unknown key; allowed here: {_allowed(FireFlashConfig, loc)}")
             continue
-        value = data
+        msg = e["msg"].removeprefix("Value error, ")
+        value: Any = data
         for part in loc:
             value = value.get(part, "<missing>") if isinstance(value, dict) else value
-        shown = "<missing>" if e["type"] == "missing" else repr(value)
-        lines.append(f"{source}: {path} = {shown} — {e['msg']}")
+        if e["type"] == "missing":
+            lines.append(f"  {path}: required field missing")
+        elif isinstance(value, dict):  # a cross-field check on a whole section: the message names the fields
+            lines.append(f"  {path}: {msg}")
+        else:
+            lines.append(f"  {path} = {value!r}: {msg}")
     return "\n".join(lines)
 
 

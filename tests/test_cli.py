@@ -1,0 +1,28 @@
+"""The CLI's own behaviour: help, config errors as exit code 2 with the message, resolved config."""
+
+import pytest
+from typer.testing import CliRunner
+
+from fireflash.cli import app
+
+pytestmark = pytest.mark.unit
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("doctor", "config", "model"):
+        assert command in result.output
+
+
+def test_bad_override_exits_2_with_field_path():
+    result = runner.invoke(app, ["config", "show", "rl.max_staleness=-2"])
+    assert result.exit_code == 2
+    assert "rl.max_staleness = -2" in result.output
+
+
+def test_config_show_applies_overrides():
+    result = runner.invoke(app, ["config", "show", "-c", "configs/local.toml", "runtime.steps=9"])
+    assert result.exit_code == 0
+    assert "steps = 9" in result.output and 'name_or_path = "smollm2-135m"' in result.output
