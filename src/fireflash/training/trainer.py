@@ -1,0 +1,131 @@
+"""The training recipe: full-parameter AdamW on the objective of RECIPE.md §5, one update per step.
+
+    trainer = Trainer(model, tokenizer, TrainerConfig(), ObjectiveConfig(), temperature=1.0)
+    metrics = trainer.train_step(groups)       # groups carry advantages (rl.advantages)
+    trainer.save_checkpoint(run_dir / "checkpoints", cursor={...})
+    engine.update_weights(trainer.state_dict(), trainer.weight_version)
+
+Simplifications (named, as nanochat does): no learning-rate schedule (the recipe states none); micro-
+batches are padded rather than packed with per-sequence attention masks (padding waste is bounded by
+packing longest-first); weights stay in the model's dtype (fp32 on CPU; bf16 on GPU).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fireflash.protocols import Group
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.rl.objective import objective_loss
+from fireflash.training.batch import pack_groups
+from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+from fireflash.training.config import TrainerConfig
+
+
+class Trainer:
+    """Owns the policy being trained, its optimizer and its weight version.
+
+    Args:
+        model: a causal LM with ``model.model`` (the body returning ``last_hidden_state``) and
+            ``lm_head`` (no bias), as transformers' Llama / Qwen / SmolLM2 classes have.
+        tokenizer: saved into every checkpoint so it is a complete HF model directory.
+        cfg: optimizer and micro-batch settings.
+        objective: the RECIPE.md §5 constants.
+        temperature: the rollout sampling temperature; the trainer's log-probs use the same.
+        weight_version: version of ``model``'s current weights (0 for the base model).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        cfg: TrainerConfig,
+        objective: ObjectiveConfig,
+        temperature: float,
+        weight_version: int = 0,
+    ) -> None:
+        if temperature <= 0:
+            raise ValueError(f"harness.sampling.temperature={temperature}: RL needs sampling (> 0) for importance ratios")
+        self.model, self.tokenizer, self.cfg, self.objective = model, tokenizer, cfg, objective
+        self.temperature = temperature
+        self.weight_version = weight_version
+        self.step = 0
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else 0
+
+    def train_step(self, groups: Sequence[Group]) -> dict[str, float]:
+        """One optimizer update on ``groups`` (RECIPE.md §5: one update per step, no KL, no entropy bonus).
+
+        Returns ``accumulate_gradients``' metrics plus ``grad_norm`` (before clipping) and ``step_sec``;
+        bumps ``weight_version`` and ``step``.
+
+        Raises:
+            fireflash.training.batch.BatchError: unpackable data (see ``pack_groups``).
+        """
+        start = time.perf_counter()
+        metrics = self.accumulate_gradients(groups)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.weight_version += 1
+        return metrics | {"grad_norm": float(grad_norm), "step_sec": time.perf_counter() - start}
+
+    def accumulate_gradients(self, groups: Sequence[Group]) -> dict[str, float]:
+        """Forward/backward every micro-batch of ``groups`` into ``.grad`` (no optimizer step).
+
+        Turns more than ``objective.max_staleness`` versions behind ``weight_version`` are masked out.
+        Returns the objective's metrics (weighted by sampled tokens over micro-batches), ``loss``,
+        ``tokens/n`` and ``micro_batches``.
+        """
+        self.model.train()
+        micro = pack_groups(groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id)
+        n_tokens = sum(mb.policy.target_ids.numel() for mb in micro)
+        totals: dict[str, float] = {"loss": 0.0}
+        for mb in micro:
+            if not mb.policy.target_ids.numel():
+                continue
+            hidden = self.model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+            loss, metrics = objective_loss(
+                hidden[mb.rows, mb.cols], self.model.lm_head.weight, mb.policy, self.weight_version,
+                self.temperature, self.objective,
+            )
+            loss.backward()  # micro-batch losses sum to the step loss (per-attempt floors are step-wide)
+            totals["loss"] += loss.item()
+            share = mb.policy.target_ids.numel() / max(n_tokens, 1)
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value * share
+        self.model.eval()
+        return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Detached copies of the weights for an engine's ``update_weights`` (tied weights appear once per name)."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def save_checkpoint(self, root: Path, cursor: dict[str, Any]) -> Path:
+        """Atomic HF-loadable checkpoint plus optimizer/RNG state, version and data ``cursor``."""
+        return save_checkpoint(
+            Path(root), self.step, self.model, self.tokenizer, self.optimizer, self.weight_version, cursor,
+            self.cfg.keep_checkpoints,
+        )
+
+    def restore(self, root: Path) -> dict[str, Any]:
+        """Restore optimizer, RNG, step and version from the latest checkpoint under ``root``.
+
+        The model must already hold that checkpoint's weights (load it with ``load_policy(path)``);
+        returns the saved data cursor.
+
+        Raises:
+            fireflash.training.checkpoint.CheckpointError: nothing to resume from.
+        """
+        meta = load_checkpoint_state(latest_checkpoint(Path(root)), self.optimizer)
+        self.step, self.weight_version = meta["step"], meta["weight_version"]
+        return meta["cursor"]
