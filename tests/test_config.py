@@ -75,6 +75,8 @@ MALFORMED = [
     ("[harness.sampling]\ntemperature = -0.5\n", ["harness.sampling.temperature", "-0.5"]),
     ("runtime = 3\n", ["runtime = 3"]),
     ("[training]\nbetas = [0.9]\n", ["training.betas"]),
+    ("[training]\nmicro_batch_tokens = 1024\n", ["micro_batch_tokens (1024) < harness.context_window_tokens (8192)"]),
+    ("[harness.sampling]\nn_top_logprobs = 8\n", ["n_top_logprobs (8) < rl.score_centering_topk (32)"]),
 ]
 
 

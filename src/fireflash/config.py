@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fireflash.engines.config import EngineConfig
 from fireflash.evaluation.config import EvalConfig
@@ -54,6 +54,22 @@ class FireFlashConfig(BaseModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     evaluation: EvalConfig = Field(default_factory=EvalConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FireFlashConfig:
+        window = self.harness.context_window_tokens
+        if self.training.micro_batch_tokens < window:
+            # a segment can be as long as the window; it must fit one micro-batch or it never trains
+            raise ValueError(
+                f"training.micro_batch_tokens ({self.training.micro_batch_tokens}) < harness.context_window_tokens "
+                f"({window}): a full-context segment would fit no micro-batch; raise micro_batch_tokens"
+            )
+        if self.rl.score_centering and self.harness.sampling.n_top_logprobs < self.rl.score_centering_topk:
+            raise ValueError(
+                f"harness.sampling.n_top_logprobs ({self.harness.sampling.n_top_logprobs}) < rl.score_centering_topk "
+                f"({self.rl.score_centering_topk}): the engine must return at least the top-k that centering uses"
+            )
+        return self
 
 
 class ConfigError(ValueError):

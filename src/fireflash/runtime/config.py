@@ -16,6 +16,9 @@ class RuntimeConfig(BaseModel):
     max_inflight_attempts: int = Field(16, ge=1, description="Attempts kept running at all times.")
     discard_zero_signal_groups: bool = Field(True, description="Drop groups whose R' are all equal (RECIPE.md §1).")
     max_attempt_retries: int = Field(2, ge=0, description="Retries of an attempt lost to infrastructure.")
-    rollout_threads: int | None = Field(None, ge=1, description="Cores for rollout; None = half (reference: half the GPUs).")
-    trainer_threads: int | None = Field(None, ge=1, description="Cores for training; None = the other half.")
+    threads_per_role: int | None = Field(
+        None, ge=1,
+        description="Local backend: torch threads for each of the engine and the trainer, which run at once "
+        "(the local half-and-half split); None = half the cores.",
+    )
     seed: int = Field(0, description="Seed of task order and sampling.")
