@@ -1,5 +1,6 @@
 """The user's entry points: `fireflash --help`.
 
+    fireflash train -c C [a.b=v...]          the main job: asynchronous GRPO (--resume, --sync, --dry-run)
     fireflash doctor                         is this host ready? (each failure names its fix)
     fireflash config show [-c C] [a.b=v...]  the resolved config tree as TOML
     fireflash model warm [NAME]              cache the embedded model once (~40 s first time)
@@ -35,6 +36,27 @@ def resolve_config(config: Path | None, overrides: list[str] | None) -> FireFlas
     except ConfigError as e:
         typer.echo(f"ConfigError: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+@app.command()
+def train(
+    config: Path | None = ConfigOpt,
+    overrides: list[str] | None = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
+    sync: bool = typer.Option(False, "--sync", help="Generate, then train, then generate (idle-time baseline only)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
+) -> None:
+    """Train the policy with asynchronous GRPO on sandboxed agent rollouts (RECIPE.md §1, §5)."""
+    cfg = resolve_config(config, (overrides or []) + (["runtime.mode=sync"] if sync else []))
+    if dry_run:
+        from fireflash.runtime.job import describe_plan
+
+        console.print(describe_plan(cfg))
+        return
+    from fireflash.runtime.job import run_training
+
+    run_dir = run_training(cfg, resume=resume)
+    console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, tensorboard/; plots: fireflash report {run_dir})")
 
 
 @app.command()

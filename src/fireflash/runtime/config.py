@@ -16,6 +16,12 @@ class RuntimeConfig(BaseModel):
     max_inflight_attempts: int = Field(16, ge=1, description="Attempts kept running at all times.")
     discard_zero_signal_groups: bool = Field(True, description="Drop groups whose R' are all equal (RECIPE.md §1).")
     max_attempt_retries: int = Field(2, ge=0, description="Retries of an attempt lost to infrastructure.")
+    max_wall_sec: float | None = Field(
+        None, gt=0, description="Stop cleanly (checkpointed) once the run has taken this long, seconds; None: no limit."
+    )
+    hang_margin_sec: float = Field(
+        60.0, gt=0, description="Seconds past a task's agent/verifier limit after which a hung stage is cancelled."
+    )
     threads_per_role: int | None = Field(
         None, ge=1,
         description="Local backend: torch threads for each of the engine and the trainer, which run at once "

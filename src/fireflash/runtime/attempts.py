@@ -1,0 +1,109 @@
+"""One scored attempt, with retries: the unit of work of training, probing and evaluation alike.
+
+fork the task's parent → run the harness → grade a fork of the final state → close both. An
+infrastructure failure (sandbox, engine or grader error, or a trajectory with status FAILED) costs
+that try; it is retried up to ``max_retries`` times and then reported as lost, never raised, so one
+broken attempt never stops a run (RECIPE.md §1: infrastructure failures cost groups, not runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fireflash.harness.agent import run_attempt
+from fireflash.harness.config import HarnessConfig
+from fireflash.protocols import Engine, ErrorInfo, Grader, Sandbox, Score, Status, Task, Trajectory
+
+
+ParentGetter = Callable[[], Awaitable[Sandbox]]
+
+
+@dataclass
+class AttemptOutcome:
+    """The result of ``scored_attempt``: a graded trajectory, or ``lost`` after every try failed."""
+
+    task_id: str
+    attempt_id: str
+    trajectory: Trajectory | None
+    score: Score | None
+    tries: int
+    errors: list[ErrorInfo] = field(default_factory=list)
+    duration_sec: float = 0.0
+
+    @property
+    def lost(self) -> bool:
+        return self.trajectory is None or self.score is None
+
+
+def error_info(e: BaseException) -> ErrorInfo:
+    """An exception as structured data for results and logs (Harbor's exception info)."""
+    return ErrorInfo(type=type(e).__name__, message=str(e)[:2000], traceback=traceback.format_exc()[-4000:])
+
+
+async def _try_once(
+    task: Task, parent: ParentGetter, engine: Engine, tokenizer: Any, harness: HarnessConfig, grader: Grader,
+    attempt_id: str, margin_sec: float,
+) -> tuple[Trajectory, Score]:
+    sandbox = await (await parent()).fork()
+    try:
+        # the harness and the grader enforce these limits themselves; the margin only catches a stage that hangs
+        trajectory = await asyncio.wait_for(
+            run_attempt(task, sandbox, engine, tokenizer, harness, attempt_id), task.limits.agent_timeout_sec + margin_sec
+        )
+        if trajectory.status is Status.FAILED:
+            err = trajectory.error
+            raise AttemptFailed(f"{err.type}: {err.message}" if err else "harness reported an infrastructure failure")
+        score = await asyncio.wait_for(grader.grade(task, sandbox), task.limits.verifier_timeout_sec + margin_sec)
+        return trajectory, score
+    finally:
+        await sandbox.close()
+
+
+class AttemptFailed(RuntimeError):
+    """The harness finished with status FAILED (its sandbox or engine broke)."""
+
+
+async def scored_attempt(
+    task: Task,
+    parent: ParentGetter,
+    engine: Engine,
+    tokenizer: Any,
+    harness: HarnessConfig,
+    grader: Grader,
+    attempt_id: str,
+    max_retries: int,
+    hang_margin_sec: float = 60.0,
+) -> AttemptOutcome:
+    """Run and grade one attempt in a fresh fork of ``parent``; retry infrastructure failures.
+
+    Args:
+        task: the task.
+        parent: returns the task's prepared parent sandbox (``SandboxBackend.prepare``); called on every
+            try, so a parent that failed to build is rebuilt by the next try.
+        max_retries: extra tries after the first (0 = one try).
+        hang_margin_sec: seconds past the task's agent / verifier limits after which a stage that did
+            not enforce its own limit is cancelled and the try counts as failed.
+
+    Returns:
+        ``AttemptOutcome`` with the trajectory and score, or ``lost`` with every try's error.
+        Cancellation propagates (the sandbox is closed first).
+    """
+    start = time.perf_counter()
+    errors: list[ErrorInfo] = []
+    for tries in range(1, max_retries + 2):
+        try:
+            trajectory, score = await _try_once(
+                task, parent, engine, tokenizer, harness, grader, f"{attempt_id}#{tries}", hang_margin_sec
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # any stage may fail; the attempt, not the run, pays for it
+            errors.append(error_info(e))
+            continue
+        return AttemptOutcome(task.id, attempt_id, trajectory, score, tries, errors, time.perf_counter() - start)
+    return AttemptOutcome(task.id, attempt_id, None, None, max_retries + 1, errors, time.perf_counter() - start)

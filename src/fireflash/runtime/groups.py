@@ -1,0 +1,139 @@
+"""Which attempt to run next, and how finished attempts become trainable groups (RECIPE.md §1, §5).
+
+``GroupScheduler`` hands out attempt slots group by group in a seeded task order and keeps a cursor
+(what was issued, what finished) that a checkpoint saves, so ``--resume`` re-issues exactly the groups
+that had not reached the trainer. ``finish_group`` turns a group's outcomes into a ``Group`` with
+advantages, or says why it carries nothing: lost to infrastructure (an attempt was lost after its
+retries) or zero signal (every R' equal).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from fireflash.protocols import Group, Task
+from fireflash.rl.advantages import group_advantages
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.runtime.attempts import AttemptOutcome
+
+
+@dataclass
+class Slot:
+    """One attempt to run: attempt ``index`` of group ``group_id`` at ``task``."""
+
+    group_id: int
+    task: Task
+    index: int
+
+    @property
+    def attempt_id(self) -> str:
+        return f"{self.task.id}/g{self.group_id}/a{self.index}"
+
+
+@dataclass
+class _Pending:
+    task: Task
+    outcomes: list[AttemptOutcome] = field(default_factory=list)
+    issued: int = 0
+
+
+class GroupScheduler:
+    """Issues attempt slots for groups of ``group_size`` attempts, tasks in a seeded shuffled order.
+
+    Args:
+        tasks: the training pool (non-empty).
+        group_size: attempts per group (RECIPE.md §5: 12).
+        seed: seed of the task order; epoch e uses ``seed + e``.
+        cursor: a saved ``cursor()`` to resume from.
+
+    Raises:
+        ValueError: an empty pool, or a cursor naming a task not in the pool.
+    """
+
+    def __init__(self, tasks: Sequence[Task], group_size: int, seed: int, cursor: dict[str, Any] | None = None):
+        if not tasks:
+            raise ValueError("the task pool is empty: check tasks.paths (and tasks.pool_manifest)")
+        self.tasks = {t.id: t for t in tasks}
+        self.group_size, self.seed = group_size, seed
+        self.next_group = 0
+        self.pending: dict[int, _Pending] = {}
+        self._reissue: list[int] = []
+        if cursor:
+            unknown = [tid for tid in cursor["unfinished"].values() if tid not in self.tasks]
+            if unknown:
+                raise ValueError(f"resume cursor names tasks not in the pool: {unknown}; use the same tasks.paths")
+            self.next_group = cursor["next_group"]
+            for gid, tid in sorted(cursor["unfinished"].items(), key=lambda kv: int(kv[0])):
+                self.pending[int(gid)] = _Pending(self.tasks[tid])
+                self._reissue.append(int(gid))
+
+    def _task_for(self, group_id: int) -> Task:
+        ids = sorted(self.tasks)
+        epoch, pos = divmod(group_id, len(ids))
+        random.Random(self.seed + epoch).shuffle(ids)
+        return self.tasks[ids[pos]]
+
+    def next_slot(self) -> Slot:
+        """The next attempt to run: the oldest group with attempts left to issue, else a new group."""
+        for gid in self._reissue + sorted(self.pending):
+            p = self.pending.get(gid)
+            if p is not None and p.issued < self.group_size:
+                p.issued += 1
+                return Slot(gid, p.task, p.issued - 1)
+        gid = self.next_group
+        self.next_group += 1
+        self.pending[gid] = _Pending(self._task_for(gid), issued=1)
+        return Slot(gid, self.pending[gid].task, 0)
+
+    def record(self, slot: Slot, outcome: AttemptOutcome) -> list[AttemptOutcome] | None:
+        """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in."""
+        p = self.pending[slot.group_id]
+        p.outcomes.append(outcome)
+        if len(p.outcomes) < self.group_size:
+            return None
+        del self.pending[slot.group_id]
+        if slot.group_id in self._reissue:
+            self._reissue.remove(slot.group_id)
+        return sorted(p.outcomes, key=lambda o: o.attempt_id)
+
+    def cursor(self, queued: Sequence[int] = ()) -> dict[str, Any]:
+        """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ids) rerun on resume."""
+        unfinished = {gid: p.task.id for gid, p in self.pending.items()} | {g: self._task_for(g).id for g in queued}
+        return {"next_group": self.next_group, "unfinished": {str(g): unfinished[g] for g in sorted(unfinished)}}
+
+
+@dataclass
+class GroupVerdict:
+    """What became of a complete set of outcomes."""
+
+    kind: Literal["train", "zero_signal", "lost"]
+    group: Group | None
+    outcomes: list[AttemptOutcome]
+
+
+def finish_group(task_id: str, outcomes: Sequence[AttemptOutcome], objective: ObjectiveConfig, discard_zero_signal: bool) -> GroupVerdict:
+    """Advantages for a complete group, or the reason it cannot train (RECIPE.md §1, §5).
+
+    A group with a lost attempt is ``lost`` (a biased group is worse than none); one whose R' are all
+    equal is ``zero_signal`` (discarded when ``discard_zero_signal``).
+    """
+    outcomes = list(outcomes)
+    if any(o.lost for o in outcomes):
+        return GroupVerdict("lost", None, outcomes)
+    trajectories = [o.trajectory for o in outcomes]
+    scores = [o.score for o in outcomes]
+    adv = group_advantages(
+        torch.tensor([s.reward for s in scores], dtype=torch.float64),
+        torch.tensor([s.solved for s in scores]),
+        torch.tensor([t.n_sampled_tokens for t in trajectories]),
+        objective,
+    )
+    group = Group(task_id=task_id, trajectories=trajectories, scores=scores, advantages=adv.advantages.tolist())
+    if adv.zero_signal and discard_zero_signal:
+        return GroupVerdict("zero_signal", group, outcomes)
+    return GroupVerdict("train", group, outcomes)

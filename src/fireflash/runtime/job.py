@@ -1,0 +1,131 @@
+"""`fireflash train`: build every stage from the config tree and run the loop (reads top to bottom).
+
+    tasks → sandbox backend → tokenizer, trainer policy, engine → LocalRuntime.run → checkpoints, report
+
+Builders hand flat arguments to each class (STYLE.md 15); nothing below receives the whole tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from fireflash.config import FireFlashConfig, dump_config
+
+console = Console()
+
+
+def _status_table(history: list[dict[str, float]], steps: int) -> Table:
+    table = Table(title=f"fireflash train — step {len(history)}/{steps}", show_edge=False)
+    for col in ("step", "version", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "lost", "trainer idle", "engine idle", "step s"):
+        table.add_column(col, justify="right")
+    for i, m in enumerate(history[-8:], start=max(len(history) - 8, 0) + 1):
+        table.add_row(
+            str(i), f"{m['weight_version']:.0f}", f"{m['rollout/reward_mean']:.3f}", f"{m['rollout/pass_rate']:.2f}",
+            f"{m['rollout/sampled_tokens_mean']:.0f}", f"{m.get('entropy/mean', 0.0):.3f}",
+            f"{m.get('stale/dropped_share', 0.0):.2f}", f"{m['groups/zero_signal_share']:.2f}",
+            f"{m['groups/lost_to_infrastructure']:.0f}", f"{m['trainer/idle_share']:.0%}", f"{m['engine/idle_share']:.0%}",
+            f"{m['step_sec']:.1f}",
+        )
+    return table
+
+
+def threads_per_role(configured: int | None) -> int:
+    """torch intra-op threads for each of the engine and trainer (half the cores by default)."""
+    return configured or max(1, (os.cpu_count() or 2) // 2)
+
+
+async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
+    import torch
+
+    from fireflash.engines import make_engine
+    from fireflash.grading import make_grader
+    from fireflash.models import load_policy, load_tokenizer, resolve_model_dir
+    from fireflash.runtime.local import LocalRuntime
+    from fireflash.runtime.tracking import MetricsWriter
+    from fireflash.sandbox import make_backend
+    from fireflash.tasks import load_pool
+    from fireflash.training.checkpoint import latest_checkpoint
+    from fireflash.training.trainer import Trainer
+
+    run_dir = Path(cfg.tracking.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_config(cfg))
+    torch.set_num_threads(threads_per_role(cfg.runtime.threads_per_role))
+
+    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest)
+    console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
+    model_dir = resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir)
+    start_dir = latest_checkpoint(run_dir / "checkpoints") if resume else model_dir
+    tokenizer = load_tokenizer(str(model_dir), cfg.model.cache_dir)
+    trainer = Trainer(
+        load_policy(str(start_dir)), tokenizer, cfg.training, cfg.rl, temperature=cfg.harness.sampling.temperature
+    )
+    cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
+    engine = make_engine(cfg.engine, str(start_dir))
+    if trainer.weight_version:
+        await engine.update_weights(trainer.state_dict(), trainer.weight_version)
+    backend = make_backend(cfg.sandbox)
+    graders: dict[str, Any] = {}
+    writer = MetricsWriter(run_dir, cfg.tracking.tensorboard)
+    runtime = LocalRuntime(
+        tasks=tasks, backend=backend, engine=engine, tokenizer=tokenizer, trainer=trainer,
+        grader_for=lambda task: graders.setdefault(task.id, make_grader(task.grader)),
+        harness=cfg.harness, objective=cfg.rl, run_dir=run_dir, steps=cfg.runtime.steps,
+        group_size=cfg.runtime.group_size, groups_per_step=cfg.runtime.groups_per_step,
+        max_inflight_attempts=cfg.runtime.max_inflight_attempts, max_attempt_retries=cfg.runtime.max_attempt_retries,
+        discard_zero_signal_groups=cfg.runtime.discard_zero_signal_groups, seed=cfg.runtime.seed, mode=cfg.runtime.mode,
+        hang_margin_sec=cfg.runtime.hang_margin_sec, max_wall_sec=cfg.runtime.max_wall_sec,
+        checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
+        save_trajectories=cfg.tracking.save_trajectories,
+    )
+    start = time.perf_counter()
+    try:
+        with Live(_status_table([], cfg.runtime.steps), console=console, refresh_per_second=2) as live:
+            runtime.on_step = lambda _m: live.update(_status_table(runtime.history, cfg.runtime.steps))
+            await runtime.run()
+    finally:
+        writer.close()
+        await backend.close()
+        close = getattr(engine, "close", None)
+        if close is not None:
+            await close()
+    if runtime.stopped_at_wall_limit:
+        console.print(f"[yellow]stopped at runtime.max_wall_sec={cfg.runtime.max_wall_sec}[/]: resume with --resume")
+    console.print(f"done: {trainer.step} steps, weight version {trainer.weight_version}, {time.perf_counter() - start:.0f} s")
+    return run_dir
+
+
+def run_training(cfg: FireFlashConfig, resume: bool = False) -> Path:
+    """Run ``fireflash train``; returns the run directory (checkpoints, metrics.jsonl, trajectories)."""
+    return asyncio.run(_train(cfg, resume))
+
+
+def describe_plan(cfg: FireFlashConfig) -> str:
+    """What ``fireflash train`` would do with ``cfg``, without loading models or starting sandboxes."""
+    rt = cfg.runtime
+    attempts = rt.group_size * rt.groups_per_step
+    lines = [
+        f"backend: {rt.backend} ({rt.mode}); {rt.steps} steps × {rt.groups_per_step} groups × {rt.group_size} attempts "
+        f"= {attempts} attempts per step, {rt.max_inflight_attempts} in flight",
+        f"model: {cfg.model.name_or_path}; engine: {cfg.engine.kind}"
+        + (f" at {cfg.engine.url}" if cfg.engine.url else "")
+        + (f"; engine flags: {cfg.engine.args}" if cfg.engine.args else ""),
+        f"trainer: AdamW lr {cfg.training.lr}, micro-batches of {cfg.training.micro_batch_tokens} tokens, dtype {cfg.training.dtype}",
+        f"objective: R' solve {cfg.rl.solve_reward} / partial ×{cfg.rl.partial_reward_scale}, TIS [{cfg.rl.tis_clip_low}, "
+        f"{cfg.rl.tis_clip_high}], SC top-{cfg.rl.score_centering_topk}, floor {cfg.rl.loss_floor_tokens} tokens, "
+        f"staleness ≤ {cfg.rl.max_staleness}",
+        f"sandbox: {cfg.sandbox.backend}; tasks: {', '.join(cfg.tasks.paths)}"
+        + (f" filtered by {cfg.tasks.pool_manifest}" if cfg.tasks.pool_manifest else ""),
+        f"run dir: {cfg.tracking.run_dir}",
+    ]
+    if rt.backend == "local":
+        lines.insert(1, f"placement: one process; engine thread and trainer thread with {threads_per_role(rt.threads_per_role)} torch threads each")
+    return "\n".join(lines)

@@ -1,0 +1,279 @@
+"""The fully asynchronous RL loop on one machine: rollout workers and the trainer never wait for each other.
+
+    workers (max_inflight_attempts asyncio tasks)          trainer (a thread)
+      slot ← scheduler; fork parent; harness; grade          take groups_per_step groups from the queue
+      group complete → advantages → queue  ──────────────►   train_step (stale turns masked, RECIPE.md §1)
+      next turns sample with the newest weights  ◄────────   engine.update_weights(new weights, version + 1)
+
+Rollout and training share the cores: torch's intra-op pool is process-wide, so each of the two roles
+(the engine's decode thread and the trainer thread) runs its ops on ``threads_per_role`` threads —
+the local analogue of the reference's half-and-half GPU split. Idle time of each role is measured
+against wall time: the trainer is idle while waiting for groups, the engine while no request is in
+flight. ``mode="sync"`` (generate a batch, then train, then generate) exists only as the baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fireflash.harness.config import HarnessConfig
+from fireflash.protocols import Engine, GenerateRequest, GenerateResult, Grader, Group, Sandbox, SandboxBackend, Task
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.rl.metrics import detect_entropy_rise
+from fireflash.runtime.attempts import AttemptOutcome, scored_attempt
+from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
+from fireflash.runtime.tracking import MetricsWriter
+from fireflash.training.trainer import Trainer
+
+
+class MeteredEngine:
+    """An ``Engine`` proxy that measures busy time (at least one request in flight), seconds."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.busy_sec = 0.0
+        self._inflight = 0
+        self._since = 0.0
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        if self._inflight == 0:
+            self._since = time.perf_counter()
+        self._inflight += 1
+        try:
+            return await self.engine.generate(requests)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.busy_sec += time.perf_counter() - self._since
+
+    async def update_weights(self, weights: Mapping[str, Any] | Path, version: int) -> None:
+        await self.engine.update_weights(weights, version)
+
+    async def pause(self) -> None:
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
+
+@dataclass
+class RolloutStats:
+    """Counters since the last training step (reset by ``take``)."""
+
+    attempts: int = 0
+    lost_attempts: int = 0
+    retries: int = 0
+    rewards: list[float] = field(default_factory=list)
+    solved: int = 0
+    sampled_tokens: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    groups_done: int = 0
+    groups_zero_signal: int = 0
+    groups_lost: int = 0
+
+    def add(self, o: AttemptOutcome) -> None:
+        self.attempts += 1
+        self.retries += o.tries - 1
+        if o.lost:
+            self.lost_attempts += 1
+            return
+        self.rewards.append(o.score.reward)
+        self.solved += o.score.solved
+        self.sampled_tokens.append(o.trajectory.n_sampled_tokens)
+        self.turns.append(o.trajectory.n_turns)
+
+    def take(self) -> dict[str, float]:
+        graded = max(len(self.rewards), 1)
+        out = {
+            "rollout/attempts": float(self.attempts),
+            "rollout/lost_attempts": float(self.lost_attempts),
+            "rollout/retries": float(self.retries),
+            "rollout/reward_mean": sum(self.rewards) / graded,
+            "rollout/pass_rate": self.solved / graded,
+            "rollout/sampled_tokens_mean": sum(self.sampled_tokens) / graded,
+            "rollout/turns_mean": sum(self.turns) / graded,
+            "groups/done": float(self.groups_done),
+            "groups/zero_signal_share": self.groups_zero_signal / max(self.groups_done, 1),
+            "groups/lost_to_infrastructure": float(self.groups_lost),
+        }
+        self.__init__()
+        return out
+
+
+class LocalRuntime:
+    """Runs ``steps`` optimizer steps of asynchronous GRPO on one machine (RECIPE.md §1, §5).
+
+    Builders hand it built parts (STYLE.md 15): the trainer owns the policy being trained, ``engine``
+    samples with its own copy, ``graders`` maps a task to its grader.
+    """
+
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[Task],
+        backend: SandboxBackend,
+        engine: Engine,
+        tokenizer: Any,
+        trainer: Trainer,
+        grader_for: Callable[[Task], Grader],
+        harness: HarnessConfig,
+        objective: ObjectiveConfig,
+        run_dir: Path,
+        steps: int,
+        group_size: int,
+        groups_per_step: int,
+        max_inflight_attempts: int,
+        max_attempt_retries: int,
+        discard_zero_signal_groups: bool,
+        seed: int,
+        mode: Literal["async", "sync"] = "async",
+        hang_margin_sec: float = 60.0,
+        max_wall_sec: float | None = None,
+        checkpoint_every_steps: int = 1,
+        cursor: dict[str, Any] | None = None,
+        writer: MetricsWriter | None = None,
+        save_trajectories: bool = True,
+        on_step: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
+        self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
+        self.engine = MeteredEngine(engine)
+        self.harness, self.objective, self.run_dir = harness, objective, Path(run_dir)
+        self.steps, self.groups_per_step, self.mode = steps, groups_per_step, mode
+        self.max_inflight, self.max_retries = max_inflight_attempts, max_attempt_retries
+        self.hang_margin_sec, self.max_wall_sec = hang_margin_sec, max_wall_sec
+        self.stopped_at_wall_limit = False
+        self.discard_zero_signal = discard_zero_signal_groups
+        self.checkpoint_every = checkpoint_every_steps
+        self.scheduler = GroupScheduler(tasks, group_size, seed, cursor)
+        self.writer, self.save_trajectories, self.on_step = writer, save_trajectories, on_step
+        self.ready: list[tuple[int, Group]] = []  # complete groups waiting for the trainer, oldest first
+        self._ready_changed = asyncio.Event()
+        self.stats = RolloutStats()
+        self.running_attempts = 0
+        self.entropy_history: list[float] = []
+        self.history: list[dict[str, float]] = []
+        self._parents: dict[str, asyncio.Task[Sandbox]] = {}
+        self._generate = asyncio.Event()
+
+    async def _parent(self, task: Task) -> Sandbox:
+        if task.id not in self._parents:  # prepared once per task, shared by concurrent first attempts
+            self._parents[task.id] = asyncio.ensure_future(self.backend.prepare(task.environment, task.id))
+        try:
+            return await asyncio.shield(self._parents[task.id])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._parents.pop(task.id, None)  # a failed prepare is retried by the next try
+            raise
+
+    async def _attempt(self, slot: Slot) -> AttemptOutcome:
+        return await scored_attempt(
+            slot.task, lambda: self._parent(slot.task), self.engine, self.tokenizer, self.harness,
+            self.grader_for(slot.task), slot.attempt_id, self.max_retries, self.hang_margin_sec,
+        )
+
+    async def _worker(self) -> None:
+        while True:
+            if self.mode == "sync" and not self._generate.is_set():
+                await self._generate.wait()
+            slot = self.scheduler.next_slot()
+            self.running_attempts += 1
+            try:
+                outcome = await self._attempt(slot)
+            finally:
+                self.running_attempts -= 1
+            self.stats.add(outcome)
+            if self.save_trajectories and outcome.trajectory is not None:
+                await asyncio.to_thread(
+                    outcome.trajectory.save, self.run_dir / "trajectories" / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
+                )
+            complete = self.scheduler.record(slot, outcome)
+            if complete is not None:
+                verdict = finish_group(slot.task.id, complete, self.objective, self.discard_zero_signal)
+                self.stats.groups_done += 1
+                self.stats.groups_zero_signal += verdict.kind == "zero_signal"
+                self.stats.groups_lost += verdict.kind == "lost"
+                if verdict.kind == "train":
+                    self.ready.append((slot.group_id, verdict.group))
+                    self._ready_changed.set()
+
+    async def _next_batch(self, deadline: float) -> tuple[list[Group], float] | None:
+        """The next step's groups, or None when ``deadline`` (perf_counter seconds) passes first."""
+        start = time.perf_counter()
+        self._generate.set()
+        while len(self.ready) < self.groups_per_step:
+            self._ready_changed.clear()
+            try:
+                left = None if deadline == float("inf") else max(deadline - time.perf_counter(), 0.0)
+                await asyncio.wait_for(self._ready_changed.wait(), left)
+            except TimeoutError:
+                return None
+        got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
+        if self.mode == "sync":  # drain: the engine must be idle while the trainer works
+            self._generate.clear()
+            while self.running_attempts:
+                await asyncio.sleep(0.05)
+        return [group for _, group in got], time.perf_counter() - start
+
+    async def _train(self) -> None:
+        wall0, trainer_busy = time.perf_counter(), 0.0
+        busy0 = self.engine.busy_sec
+        deadline = wall0 + (self.max_wall_sec if self.max_wall_sec is not None else float("inf"))
+        while self.trainer.step < self.steps:
+            batch = await self._next_batch(deadline)
+            if batch is None:
+                self.stopped_at_wall_limit = True
+                return
+            groups, waited = batch
+            metrics = await asyncio.to_thread(self.trainer.train_step, groups)
+            await self.engine.update_weights(self.trainer.state_dict(), self.trainer.weight_version)
+            trainer_busy += metrics["step_sec"]
+            wall = time.perf_counter() - wall0
+            self.entropy_history.append(metrics.get("entropy/mean", 0.0))
+            rise = detect_entropy_rise(self.entropy_history, self.objective.entropy_window_steps, self.objective.entropy_rise_threshold)
+            metrics |= self.stats.take() | {
+                "weight_version": float(self.trainer.weight_version),
+                "trainer/wait_sec": waited,
+                "trainer/idle_share": 1.0 - trainer_busy / wall,
+                "engine/idle_share": 1.0 - (self.engine.busy_sec - busy0) / wall,
+                "queue/groups": float(len(self.ready)),
+                "rollout/running": float(self.running_attempts),
+                "entropy/rise": rise.rise,
+                "entropy/warning": float(rise.warning),
+                "wall_sec": wall,
+            }
+            if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
+                cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
+                await asyncio.to_thread(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
+            self.history.append(metrics)
+            if self.writer is not None:
+                self.writer.write(self.trainer.step, metrics)
+            if self.on_step is not None:
+                self.on_step(metrics)
+
+    async def run(self) -> list[dict[str, float]]:
+        """Run until ``steps`` optimizer steps are done; returns each step's metrics.
+
+        Workers are cancelled when training finishes (their sandboxes are closed by ``scored_attempt``);
+        parents are closed by the caller through ``backend.close()``.
+        """
+        workers = [asyncio.create_task(self._worker()) for _ in range(self.max_inflight)]
+        try:
+            trainer = asyncio.create_task(self._train())
+            done, _ = await asyncio.wait([trainer, *workers], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a worker or the trainer raised: surface it (workers never end on their own)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        return self.history
