@@ -1,0 +1,138 @@
+"""The asynchronous loop end to end: real sandboxes and graders, a scripted engine, the tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from fireflash.grading import make_grader
+from fireflash.protocols import GenerateRequest
+from fireflash.runtime.faults import FlakyBackend, FlakyEngine, HangingGrader
+from fireflash.runtime.local import LocalRuntime
+from fireflash.runtime.tracking import MetricsWriter, read_metrics
+from fireflash.sandbox import make_backend
+from fireflash.sandbox.config import SandboxConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+
+
+def _runtime(task, setup, tmp_path, solves, *, steps=3, group_size=4, inflight=4, retries=2, backend=None,
+             engine=None, grader=None, trainer=None, cursor=None, **kw):
+    tok, make_trainer, make_engine, harness = setup
+    backend = backend or make_backend(SandboxConfig())
+    grader = grader or make_grader(task.grader)
+    return LocalRuntime(
+        tasks=[task], backend=backend, engine=engine or make_engine(solves), tokenizer=tok,
+        trainer=trainer or make_trainer(), grader_for=lambda t: grader, harness=harness,
+        objective=(trainer or make_trainer()).objective, run_dir=tmp_path, steps=steps, group_size=group_size,
+        groups_per_step=1, max_inflight_attempts=inflight, max_attempt_retries=retries,
+        discard_zero_signal_groups=True, seed=0, cursor=cursor, writer=MetricsWriter(tmp_path, tensorboard=False), **kw,
+    ), backend
+
+
+async def _run(runtime, backend):
+    try:
+        return await runtime.run()
+    finally:
+        await backend.close()
+
+
+def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_path):
+    # group 1: every attempt solves → zero signal, discarded; other groups: attempts 0 and 1 solve
+    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: g == 1 or a < 2)
+    history = asyncio.run(_run(runtime, backend))
+    assert [m["weight_version"] for m in history] == [1.0, 2.0, 3.0]
+    assert runtime.trainer.step == 3
+    assert sum(m["groups/done"] for m in history) >= 4  # 3 trained + the all-solved group 1
+    assert any(m["groups/zero_signal_share"] > 0 for m in history)
+    assert all(0.0 < m["rollout/pass_rate"] < 1.0 or m["groups/zero_signal_share"] > 0 for m in history)
+    first = history[0]
+    assert first["rollout/reward_mean"] == pytest.approx(0.5) and first["groups/lost_to_infrastructure"] == 0
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    ckpt = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
+    assert json.loads((ckpt / "fireflash.json").read_text())["weight_version"] == 3
+    assert len(list((tmp_path / "trajectories").glob("g*/a*.json"))) >= 12
+
+
+class GatedEngine:
+    """Holds turn 1 of attempt g0/a0 until the engine's weights are ``release_version`` or newer."""
+
+    def __init__(self, inner, release_version):
+        self.inner, self.release_version = inner, release_version
+        self._changed = asyncio.Event()
+
+    @property
+    def weight_version(self):
+        return self.inner.weight_version
+
+    async def generate(self, requests: list[GenerateRequest]):
+        if any("/g0/a0#" in r.request_id and r.request_id.endswith("-turn1") for r in requests):
+            while self.inner.weight_version < self.release_version:
+                self._changed.clear()
+                await self._changed.wait()
+        return await self.inner.generate(requests)
+
+    async def update_weights(self, weights, version):
+        await self.inner.update_weights(weights, version)
+        self._changed.set()
+
+    async def pause(self):
+        await self.inner.pause()
+
+    async def resume(self):
+        await self.inner.resume()
+
+
+def test_turns_older_than_max_staleness_are_masked(task, setup, tmp_path):
+    _, _, make_engine, harness = setup
+    # attempt g0/a0's first turn samples at version 0; its second waits until version 8 (> 6 behind)
+    harness = harness.model_copy(update={"max_turns": 3})
+    engine = GatedEngine(make_engine(lambda g, a: a == 0), release_version=8)
+    runtime, backend = _runtime(task, setup, tmp_path, None, steps=10, group_size=2, inflight=3, engine=engine)
+    history = asyncio.run(_run(runtime, backend))
+    stale = [m for m in history if m.get("stale/dropped_share", 0) > 0]
+    assert stale, "the slow attempt's first turn should have been dropped for staleness"
+    assert all("drift/staleness_dropped" in m for m in stale)
+    assert [m["weight_version"] for m in history] == [float(v) for v in range(1, 11)]
+
+
+def test_faults_cost_attempts_never_the_run(task, setup, tmp_path):
+    task = task.model_copy(update={"limits": task.limits.model_copy(update={"verifier_timeout_sec": 5.0})})
+    _, _, make_engine, _ = setup
+    backend = FlakyBackend(make_backend(SandboxConfig()), fork_failure_rate=0.10, seed=1)
+    engine = FlakyEngine(make_engine(lambda g, a: a % 2 == 0), failure_rate=0.05, seed=2)
+    grader = HangingGrader(make_grader(task.grader), hang_rate=0.02, seed=3)
+    runtime, backend = _runtime(task, setup, tmp_path, None, steps=6, retries=4, backend=backend, engine=engine,
+                                grader=grader, hang_margin_sec=0.5)
+    history = asyncio.run(_run(runtime, backend))
+    assert runtime.trainer.step == 6
+    injected = runtime.backend.injected + engine.injected + grader.injected
+    assert injected > 0
+    assert sum(m["rollout/retries"] for m in history) >= runtime.backend.injected + engine.injected
+    assert sum(m["groups/lost_to_infrastructure"] for m in history) == 0
+
+
+def test_resume_continues_versions_and_reissues_unfinished_groups(task, setup, tmp_path):
+    _, make_trainer, _, _ = setup
+    solves = lambda g, a: a < 2  # noqa: E731
+    runtime, backend = _runtime(task, setup, tmp_path, solves, steps=2, inflight=6)
+    asyncio.run(_run(runtime, backend))
+    ckpt = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
+    cursor = json.loads((ckpt / "fireflash.json").read_text())["cursor"]
+    assert cursor["unfinished"], "attempts were in flight at the checkpoint"
+
+    from fireflash.models import load_policy
+
+    trainer = make_trainer(load_policy(str(ckpt)))
+    restored = trainer.restore(tmp_path / "checkpoints")
+    assert restored == cursor and trainer.weight_version == 2
+    resumed, backend = _runtime(task, setup, tmp_path, solves, steps=4, inflight=6, trainer=trainer, cursor=restored)
+    first_slots = [resumed.scheduler.next_slot().group_id for _ in range(4)]
+    assert first_slots == [int(min(cursor["unfinished"], key=int))] * 4  # the oldest unfinished group reruns first
+    resumed, backend = _runtime(task, setup, tmp_path, solves, steps=4, inflight=6, trainer=trainer, cursor=restored,
+                                backend=backend)
+    history = asyncio.run(_run(resumed, backend))
+    assert [m["weight_version"] for m in history] == [3.0, 4.0]
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4]
