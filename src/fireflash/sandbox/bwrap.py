@@ -1,0 +1,269 @@
+"""The default sandbox backend: bubblewrap + overlayfs + cgroups (RECIPE.md §1, issue 3).
+
+What each sandbox gets
+    - Files: a private overlayfs, ``upper`` (its writes, on a tmpfs capped at the task's ``storage_mb``)
+      over read-only layers (skeleton, task files, fork snapshots). The host's ``/usr``, ``/etc`` (and
+      ``/bin`` etc. when they are real dirs) are bound read-only; ``/tmp`` is its own size-capped tmpfs;
+      ``/proc`` is its own; ``/dev`` is a minimal one; no ``/sys``. Nothing else of the host is visible.
+      Command output goes to its own tmpfs (``/tmp/.fireflash``, ``output_size_mb``).
+    - Identity: an unprivileged host uid/gid (``sandbox_uid``), no supplementary groups, no
+      capabilities, ``no_new_privs``, inside its own user namespace; nested user namespaces disabled.
+      The host's own reads and writes inside a sandbox (``read_file``/``write_file``) run on a thread
+      whose file-access identity is ``sandbox_uid``, so planted symlinks gain nothing.
+    - Namespaces: own mount, pid, ipc, uts, cgroup and network namespace (a fresh one per sandbox with
+      only loopback: no network), unless the task sets ``allow_internet``.
+    - Limits: memory, pids and CPU quota from the task (cgroup v2 or v1; rlimits when neither is
+      available), ``--die-with-parent``.
+    - Lifetime: the sandbox's pid 1 is a small keeper that only reaps; killing it from the host kills
+      every process of the sandbox, and its mount namespace (overlay and tmpfs) vanishes with them.
+
+What it does not guarantee
+    - The kernel is shared: a kernel exploit escapes (use a microVM backend against hostile code).
+    - Overlay and tmpfs pages count against the sandbox's memory limit, not a separate disk quota.
+    - Without cgroups (mode 'none') the pids limit counts every process of ``sandbox_uid`` host-wide and
+      there is no CPU cap.
+
+How it works
+    ``prepare`` builds the task layer once and starts the parent. A sandbox takes a slot (a cgroup
+    plus a launcher process living in it, see slots.py / launcher.py) and starts as: the launcher
+    forks → the child unshares a mount namespace, mounts the tmpfs and the overlay, drops to
+    ``sandbox_uid`` → exec ``bwrap`` (unprivileged, own user namespace) binding the overlay as ``/``
+    → keeper (pid 1) → the persistent shell. Further shells (restarts, background jobs) join the
+    sandbox's namespaces with ``setns``. A task parent keeps ``prefork`` children started ahead.
+
+    A backend and its sandboxes belong to the event loop they were created in (pipes are read there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fireflash.protocols import TaskEnvironment
+from fireflash.sandbox import linux
+from fireflash.sandbox.bwrap_sandbox import HOME, USER, BwrapSandbox
+from fireflash.sandbox.cgroups import CgroupTree, detect_mode, remove_stale
+from fireflash.sandbox.config import SandboxConfig
+from fireflash.sandbox.errors import SandboxError, SandboxUnavailable
+from fireflash.sandbox.layers import Layer, build_skeleton, build_task_layer
+from fireflash.sandbox.slots import SlotPool
+
+T = TypeVar("T")
+
+
+class BwrapBackend:
+    """Builds task parents and tracks every sandbox; see the module docstring for the isolation model.
+
+    Args:
+        cfg: the ``[sandbox]`` config section.
+
+    Raises:
+        SandboxUnavailable: bwrap missing, not root, no openat2, or cgroups requested but unusable;
+            the message says how to fix it.
+    """
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        if shutil.which("bwrap") is None:
+            raise SandboxUnavailable(
+                "bubblewrap is not installed: apt-get install -y bubblewrap (or use sandbox.backend='unsafe-local' to debug without isolation)"
+            )
+        if os.geteuid() != 0:
+            raise SandboxUnavailable(
+                "the bwrap backend mounts overlayfs and must run as root (as in CI); run as root or use sandbox.backend='unsafe-local'"
+            )
+        if not linux.openat2_available():
+            raise SandboxUnavailable(
+                "the kernel lacks openat2 (Linux >= 5.6 needed) for safe file access inside sandboxes"
+            )
+        self.cfg = cfg
+        root = Path(cfg.root_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o755)
+        _remove_stale(root)
+        self.dir = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.dir.mkdir(mode=0o755)
+        (self.dir / "boxes").mkdir(mode=0o755)
+        (self.dir / "layers").mkdir(mode=0o700)
+        self.skeleton = Layer(self.dir / "layers" / "skeleton", refs=1)
+        for inside, host in cfg.ro_binds.items():
+            if not _readable_by(host, cfg.sandbox_uid, cfg.sandbox_gid):
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise SandboxUnavailable(
+                    f"sandbox.ro_binds[{inside!r}] = {host!r} is not a directory the sandbox uid {cfg.sandbox_uid} "
+                    "can read (bwrap binds it as that user): create it, and chmod o+rx it and its parents"
+                )
+        build_skeleton(self.skeleton.path, cfg.sandbox_uid, cfg.sandbox_gid, HOME, list(cfg.ro_binds))
+        self._write_identity_files()
+        mode = detect_mode() if cfg.cgroup_mode == "auto" else cfg.cgroup_mode
+        self.cgroup_mode = mode
+        tree = None
+        if mode != "none":
+            remove_stale(linux.alive)
+            try:
+                tree = CgroupTree(mode, f"fireflash-{self.dir.name}")
+            except OSError as e:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise SandboxUnavailable(
+                    f"cgroup {mode} unusable ({e}); set sandbox.cgroup_mode='none' to fall back to rlimits"
+                ) from None
+        self.has_cgroups = tree is not None
+        self.pool = SlotPool(tree, cfg.cgroup_pool_size)
+        self.bwrap = shutil.which("bwrap")
+        # every file access of the host inside a sandbox runs with the sandbox user's permissions, so a
+        # symlink to /etc/shadow planted by the agent reads as "permission denied", as it would inside
+        self._io = ThreadPoolExecutor(
+            2,
+            "ff-sandbox-io",
+            initializer=linux.drop_fs_identity,
+            initargs=(cfg.sandbox_uid, cfg.sandbox_gid),
+        )
+        self.sandboxes: set[BwrapSandbox] = set()
+        self.tasks: set[asyncio.Task] = set()  # background starts of pre-forked children
+        self._parents: dict[str, BwrapSandbox] = {}
+        self._prepare_locks: dict[str, asyncio.Lock] = {}
+        self._ids = 0
+
+    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a file function on a thread whose file-access identity is the sandbox uid."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    def _write_identity_files(self) -> None:
+        # the sandbox uid gets a name and home in /etc/passwd (replacing a host user with that uid)
+        uid, gid = self.cfg.sandbox_uid, self.cfg.sandbox_gid
+        passwd = [l for l in Path("/etc/passwd").read_text().splitlines() if l.split(":")[2:3] != [str(uid)]]
+        passwd.append(f"{USER}:x:{uid}:{gid}:FireFlash sandbox:{HOME}:/bin/bash")
+        group = [l for l in Path("/etc/group").read_text().splitlines() if l.split(":")[2:3] != [str(gid)]]
+        group.append(f"{USER}:x:{gid}:")
+        (self.dir / "passwd").write_text("\n".join(passwd) + "\n")
+        (self.dir / "group").write_text("\n".join(group) + "\n")
+        for name in ("passwd", "group"):
+            os.chmod(self.dir / name, 0o644)
+
+    def new_id(self) -> str:
+        self._ids += 1
+        return str(self._ids)
+
+    async def prepare(self, env: TaskEnvironment, name: str) -> BwrapSandbox:
+        """Build (or reuse) the parent for ``name``: task files at ``env.workdir``, setup run once, offline.
+
+        Raises:
+            SandboxError: bad ``files_dir``, a Dockerfile environment, a failing setup command, or
+                ``name`` already prepared with a different environment.
+        """
+        if env.dockerfile is not None:
+            raise SandboxError(
+                f"parent {name!r}: Dockerfile environments are not run by the bwrap backend (no container engine); "
+                "give the task an environment files dir and setup_commands instead"
+            )
+        if not env.workdir.startswith("/") or env.workdir.rstrip("/") in (
+            "",
+            "/usr",
+            "/etc",
+            "/proc",
+            "/dev",
+            "/tmp",
+        ):
+            raise SandboxError(
+                f"parent {name!r}: TaskEnvironment.workdir {env.workdir!r} must be an absolute path outside system dirs, e.g. /app"
+            )
+        lock = self._prepare_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            parent = self._parents.get(name)
+            if parent is not None and not parent.closed:
+                if parent.env != env:
+                    raise SandboxError(
+                        f"parent {name!r} is already prepared with a different environment; use a new name"
+                    )
+                return parent
+            layer = Layer(self.dir / "layers" / f"task-{self.new_id()}")
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(
+                    None,
+                    build_task_layer,
+                    layer.path,
+                    env.workdir,
+                    env.files_dir,
+                    self.cfg.sandbox_uid,
+                    self.cfg.sandbox_gid,
+                )
+            except BaseException:
+                shutil.rmtree(layer.path, ignore_errors=True)
+                raise
+            parent = await BwrapSandbox.start(self, env, [layer, self.skeleton])
+            for command in env.setup_commands:
+                result = await parent.exec(command, timeout_sec=self.cfg.setup_timeout_sec)
+                if result.exit_code != 0:
+                    await parent.close()
+                    why = "timed out" if result.timed_out else f"exited {result.exit_code}"
+                    raise SandboxError(
+                        f"parent {name!r}: setup command {command!r} {why}:\n{result.preview[-2000:]}"
+                    )
+            self._parents[name] = parent
+            return parent
+
+    def lowerdir(self, lowers: list[Layer]) -> str:
+        text = ":".join(str(layer.path) for layer in lowers)
+        if len(text) > 3800:  # mount options must fit one page
+            raise SandboxError(
+                f"too many stacked layers ({len(lowers)}): fork a fresh parent instead of forks of forks"
+            )
+        return text
+
+    def acquire(self, lowers: list[Layer]) -> None:
+        for layer in lowers:
+            layer.refs += 1
+
+    def release(self, lowers: list[Layer]) -> None:
+        for layer in lowers:
+            layer.refs -= 1
+            if layer.refs <= 0 and layer is not self.skeleton:
+                shutil.rmtree(layer.path, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Close every parent and sandbox this backend made; remove its directories and cgroups."""
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for sandbox in sorted(self.sandboxes, key=lambda s: -s.depth):
+            await sandbox.close()
+        self._parents.clear()
+        self.pool.close()
+        self._io.shutdown(wait=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def rlimits(self, env: TaskEnvironment) -> list:
+        """rlimits used only when there are no cgroups (see module docstring)."""
+        if self.has_cgroups:
+            return []
+        return [(resource.RLIMIT_AS, env.memory_mb * 1024 * 1024), (resource.RLIMIT_NPROC, env.pids_max)]
+
+
+def _readable_by(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid`` can list ``path`` (checked on a thread with that file-access identity)."""
+
+    def probe() -> bool:
+        linux.drop_fs_identity(uid, gid)
+        try:
+            os.listdir(path)
+        except OSError:
+            return False
+        return True
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(probe).result()
+
+
+def _remove_stale(root: Path) -> None:
+    """Delete directories of backends whose process died without closing (mounts died with it)."""
+    for child in root.iterdir():
+        pid = child.name.split("-", 1)[0]
+        if pid.isdigit() and not linux.alive(int(pid)):
+            shutil.rmtree(child, ignore_errors=True)

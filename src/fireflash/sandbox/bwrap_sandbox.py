@@ -1,0 +1,451 @@
+"""One bwrap sandbox: start, the Sandbox protocol, fork (with pre-started children), close.
+
+The isolation it gives and how it starts are described in bwrap.py, which owns the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fireflash.protocols import ExecResult, Job, TaskEnvironment
+from fireflash.sandbox import files as sbfiles
+from fireflash.sandbox import linux
+from fireflash.sandbox.errors import SandboxClosed, SandboxError
+from fireflash.sandbox.launcher import CTL_FD, INFO_FD
+from fireflash.sandbox.layers import Layer, diff_upper, snapshot_upper
+from fireflash.sandbox.session import ShellSession
+from fireflash.sandbox.shell import KEEPER, OUTPUT_DIR, WRAPPER, Shell, ShellDied, ShellState, restore_lines
+from fireflash.sandbox.slots import Slot
+
+if TYPE_CHECKING:
+    from fireflash.sandbox.bwrap import BwrapBackend
+
+HOME = "/home/agent"
+USER = "agent"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_NAMESPACES = ("mnt", "pid", "ipc", "uts", "cgroup")  # joined after the user namespace that owns them
+_NS_GET_USERNS = 0xB701  # ioctl: the user namespace owning a namespace
+
+
+def sandbox_env(env: TaskEnvironment) -> dict[str, str]:
+    """Environment variables of every command: a minimal login environment plus the task's ``env``."""
+    base = {
+        "PATH": PATH,
+        "HOME": HOME,
+        "USER": USER,
+        "LOGNAME": USER,
+        "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+    }
+    return base | dict(env.env)
+
+
+def _namespace_fds(pid: int) -> list[int]:
+    """fds of the namespaces of ``pid`` in the order a process must join them: net, then users' ones.
+
+    The network namespace belongs to the host's user namespace (the launcher made it), so it is joined
+    first, as root. bwrap nests a second user namespace inside the one owning the other namespaces:
+    join the owner, then the namespaces, then the inner user namespace.
+    """
+    fds: list[int] = [os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)]
+    try:
+        inner = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(inner)
+        for ns in _NAMESPACES:
+            fds.append(os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC))
+        owner = fcntl.ioctl(fds[2], _NS_GET_USERNS)
+        fds.append(owner)
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    net, namespaces = fds[0], fds[2:-1]
+    if os.fstat(owner).st_ino == os.fstat(inner).st_ino:
+        os.close(inner)
+        return [net, owner, *namespaces]
+    return [net, owner, *namespaces, inner]
+
+
+class BwrapSandbox:
+    """One running sandbox (a task parent, an attempt, or a grading fork). Create with ``start``."""
+
+    def __init__(self, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], depth: int) -> None:
+        self.backend = backend
+        self.env = env
+        self.lowers = lowers
+        self.depth = depth
+        self.closed = False
+        self.box = str(backend.dir / "boxes" / backend.new_id())
+        self._slot: Slot | None = None
+        self._bwrap_pid = 0  # the bwrap process outside the sandbox: holds the overlay's mount namespace
+        self._pidfd = -1
+        self._init_pid = 0  # the keeper, pid 1 inside
+        self._pidns = ""
+        self._root_fd = -1
+        self._err_fd = -1
+        self._dirty = False
+        self._snapshot: Layer | None = None
+        self._prefork = backend.cfg.prefork if depth == 0 else 0  # attempts are forked once, for grading
+        self._ready: list[BwrapSandbox] = []
+        self._starting: set[asyncio.Task] = set()
+        self.loop = asyncio.get_running_loop()
+        cfg = backend.cfg
+        self._session = ShellSession(
+            self._spawn_shell,
+            self._shell_host_pid,
+            self._root,
+            env.workdir,
+            cfg.preview_chars,
+            cfg.kill_grace_sec,
+            output_budget_bytes=cfg.output_size_mb * 1024 * 1024 // 2,
+        )
+
+    @classmethod
+    async def start(
+        cls, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], depth: int = 0
+    ) -> BwrapSandbox:
+        """Start a sandbox over ``lowers`` (top first). Raises SandboxError with bwrap's message on failure."""
+        sandbox = cls(backend, env, lowers, depth)
+        backend.acquire(lowers)
+        backend.sandboxes.add(sandbox)
+        try:
+            await sandbox._launch()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    def _bwrap_argv(self) -> list[str]:
+        cfg, env = self.backend.cfg, self.env
+        argv = [
+            self.backend.bwrap,
+            "--unshare-user",
+            "--uid",
+            str(cfg.sandbox_uid),
+            "--gid",
+            str(cfg.sandbox_gid),
+        ]
+        # the network namespace comes from the launcher (fresh, loopback only) or is the host's
+        argv += [
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--bind", f"{self.box}/merged", "/"]
+        for name in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / name
+            if host.is_dir() and not host.is_symlink():
+                argv += ["--ro-bind", str(host), str(host)]
+        d = self.backend.dir
+        argv += ["--ro-bind", str(d / "passwd"), "/etc/passwd", "--ro-bind", str(d / "group"), "/etc/group"]
+        for inside, host in cfg.ro_binds.items():
+            argv += ["--ro-bind", host, inside]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--perms", "1777", "--size", str(cfg.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        # command output has its own tmpfs: an agent filling /tmp still gets its error messages back
+        argv += ["--perms", "0755", "--size", str(cfg.output_size_mb * 1024 * 1024), "--tmpfs", OUTPUT_DIR]
+        argv += ["--hostname", "sandbox", "--chdir", env.workdir, "--clearenv"]
+        for key, value in sandbox_env(env).items():
+            argv += ["--setenv", key, value]
+        argv += ["--setenv", "FF_CTL_FD", str(CTL_FD), "--info-fd", str(INFO_FD)]
+        return argv + ["--", "/bin/bash", "--noprofile", "--norc", "-c", KEEPER]
+
+    def _request(self, kind: str, argv: list[str], env: dict[str, str]) -> dict:
+        cfg = self.backend.cfg
+        return {
+            "kind": kind,
+            "argv": argv,
+            "env": env,
+            "uid": cfg.sandbox_uid,
+            "gid": cfg.sandbox_gid,
+            "rlimits": self.backend.rlimits(self.env),
+            "host_net": self.env.allow_internet,
+            "box": self.box,
+            "lowerdir": self.backend.lowerdir(self.lowers),
+            "storage_mb": self.env.storage_mb,
+        }
+
+    async def _launch(self) -> None:
+        cfg, env = self.backend.cfg, self.env
+        os.mkdir(self.box, 0o755)
+        self._slot = self.backend.pool.acquire(env.memory_mb, env.pids_max, env.cpus)
+        stdin_r, stdin_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        info_r, info_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self._err_fd = err_r
+        try:
+            self._bwrap_pid = self._slot.launcher.spawn(
+                self._request("box", self._bwrap_argv(), {"PATH": PATH}),
+                [stdin_r, ctl_w, info_w, err_w],
+                cfg.start_timeout_sec,
+            )
+            self._pidfd = os.pidfd_open(self._bwrap_pid)
+        except BaseException:
+            for fd in (stdin_w, ctl_r, info_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin_r, ctl_w, info_w, err_w):
+                os.close(fd)
+        shell = Shell(stdin_w, ctl_r)
+        shell.start(asyncio.get_running_loop())
+        try:
+            await shell.send(restore_lines(self._session.state), expect_record=False)
+            await asyncio.wait_for(shell.hello(), cfg.start_timeout_sec)
+            info = json.loads(os.read(info_r, 4096).decode())
+        except (TimeoutError, ShellDied, OSError, ValueError) as e:
+            shell.close()
+            raise SandboxError(
+                f"sandbox did not start ({type(e).__name__}): {self._stderr() or 'no message from bwrap'}"
+            ) from None
+        finally:
+            os.close(info_r)
+        self._init_pid = int(info["child-pid"])
+        self._pidns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
+        # opened only after the shell answered, i.e. after bwrap switched to the sandbox's root
+        self._root_fd = os.open(f"/proc/{self._init_pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        st, host = os.fstat(self._root_fd), os.stat("/")
+        if (st.st_dev, st.st_ino) == (host.st_dev, host.st_ino):
+            shell.close()
+            raise SandboxError("sandbox root resolved to the host root; refusing to continue")
+        self._session.adopt(shell)
+
+    def _stderr(self) -> str:
+        if self._err_fd < 0:
+            return ""
+        os.set_blocking(self._err_fd, False)
+        try:
+            return os.read(self._err_fd, 65536).decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def _root(self) -> int:
+        if self.closed or self._root_fd < 0:
+            raise SandboxClosed("sandbox is closed")
+        return self._root_fd
+
+    def _shell_host_pid(self, shell: Shell) -> int | None:
+        if shell.ns_pid is None or not self._pidns:
+            return None
+        return linux.host_pid_in_pidns(self._pidns, shell.ns_pid)
+
+    async def _spawn_shell(self, state: ShellState) -> Shell:
+        """A new shell joined to this sandbox's namespaces (after ``exit``, a kill, or for a job)."""
+        self._root()
+        if not linux.alive(self._init_pid):
+            raise SandboxError("the sandbox died (its pid 1 is gone); fork a new one")
+        assert self._slot is not None
+        try:
+            ns_fds = _namespace_fds(self._init_pid)
+        except OSError as e:
+            raise SandboxError(f"the sandbox died while starting a shell: {e}") from None
+        stdin_r, stdin_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        err_r, err_w = os.pipe()
+        env = sandbox_env(self.env) | {"FF_CTL_FD": str(CTL_FD)}
+        argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
+        try:
+            self._slot.launcher.spawn(
+                self._request("join", argv, env),
+                [stdin_r, ctl_w, err_w, *ns_fds],
+                self.backend.cfg.start_timeout_sec,
+            )
+        except BaseException:
+            for fd in (stdin_w, ctl_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (*ns_fds, stdin_r, ctl_w, err_w):
+                os.close(fd)
+        shell = Shell(stdin_w, ctl_r)
+        shell.start(asyncio.get_running_loop())
+        try:
+            await shell.send(restore_lines(state), expect_record=False)
+            await asyncio.wait_for(shell.hello(), self.backend.cfg.start_timeout_sec)
+        except (TimeoutError, ShellDied, OSError) as e:
+            shell.close()
+            os.set_blocking(err_r, False)
+            try:
+                why = os.read(err_r, 65536).decode("utf-8", "replace").strip()
+            except OSError:
+                why = ""
+            raise SandboxError(
+                f"a new shell did not start in the sandbox ({type(e).__name__}): {why}"
+            ) from None
+        finally:
+            os.close(err_r)
+        return shell
+
+    # ── the Sandbox protocol ──
+
+    async def exec(
+        self,
+        command: str,
+        timeout_sec: float | None = None,
+        background: bool = False,
+        on_timeout: str = "kill",
+    ) -> ExecResult:
+        """Run ``command`` in the persistent shell; see ``fireflash.protocols.Sandbox.exec``.
+
+        Raises:
+            SandboxClosed: after ``close()``.  SandboxError: the sandbox died.
+        """
+        self._root()
+        self._dirty = True
+        return await self._session.exec(command, timeout_sec, background, on_timeout)
+
+    async def read_file(self, path: str) -> bytes:
+        """Bytes of ``path`` (absolute, or relative to the shell's cwd) inside the sandbox.
+
+        Raises:
+            FileNotFoundError, IsADirectoryError, PermissionError; SandboxClosed after ``close()``.
+        """
+        return await self.backend.run_io(sbfiles.read_bytes, self._root(), path, self._session.state.cwd)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Create or replace ``path`` with ``data`` (parents created), owned by the sandbox uid.
+
+        Raises:
+            OSError: EROFS for read-only system dirs, ENOSPC past the disk cap, ...; SandboxClosed.
+        """
+        root = self._root()
+        self._dirty = True
+        await self.backend.run_io(sbfiles.write_bytes, root, path, data, mode, None, self._session.state.cwd)
+
+    def _upper(self) -> str:
+        # the bwrap process outside the sandbox still lives in the private namespace holding the overlay
+        return f"/proc/{self._bwrap_pid}/root{self.box}/upper"
+
+    async def fork(self) -> BwrapSandbox:
+        """A new sandbox with this one's current files (copy-on-write), fresh processes and shell.
+
+        The first fork after a change copies this sandbox's upper dir into a shared read-only layer;
+        later forks with no change in between reuse it (forking a task parent costs no copy). A task
+        parent keeps ``prefork`` children started in the background and hands one out at once.
+        """
+        self._root()
+        if self._dirty or self._session.has_running_jobs():
+            if self._snapshot is not None:
+                self.backend.release([self._snapshot])
+                self._snapshot = None
+            layer = Layer(self.backend.dir / "layers" / f"snap-{self.backend.new_id()}")
+            loop = asyncio.get_running_loop()
+            if await loop.run_in_executor(None, snapshot_upper, self._upper(), layer.path):
+                self._snapshot = layer
+                self.backend.acquire([layer])  # held by this sandbox until it changes again or closes
+            self._dirty = False
+            await self._drop_ready()  # started over the old files
+        loop = asyncio.get_running_loop()
+        while self._ready:
+            child = self._ready.pop()
+            if child.loop is loop:
+                self._prestart()
+                return child
+            await child.close()  # started under another event loop: its pipes are read there
+        child = await BwrapSandbox.start(self.backend, self.env, self._child_lowers(), self.depth + 1)
+        self._prestart()
+        return child
+
+    def _child_lowers(self) -> list[Layer]:
+        return ([self._snapshot] if self._snapshot is not None else []) + self.lowers
+
+    def _prestart(self) -> None:
+        """Start children in the background so the next ``fork()`` returns at once (task parents only)."""
+        wanted = self._prefork - len(self._ready) - len(self._starting)
+        for _ in range(max(0, wanted)):
+            task = asyncio.get_running_loop().create_task(self._start_ready(self._child_lowers()))
+            self._starting.add(task)
+            self.backend.tasks.add(task)
+            task.add_done_callback(self._starting.discard)
+            task.add_done_callback(self.backend.tasks.discard)
+
+    async def _start_ready(self, lowers: list[Layer]) -> None:
+        child = await BwrapSandbox.start(self.backend, self.env, lowers, self.depth + 1)
+        if self.closed or lowers != self._child_lowers():
+            await child.close()
+        else:
+            self._ready.append(child)
+
+    async def _drop_ready(self) -> None:
+        for task in list(self._starting):
+            task.cancel()
+        await asyncio.gather(*self._starting, return_exceptions=True)
+        while self._ready:
+            await self._ready.pop().close()
+
+    async def jobs(self) -> list[Job]:
+        self._root()
+        return await self._session.jobs()
+
+    async def kill_job(self, job_id: str) -> None:
+        """Kill a background job and its whole process tree. Raises KeyError for an unknown id."""
+        self._root()
+        self._session.kill_job(job_id)
+
+    async def diff(self) -> list[str]:
+        """Paths (inside the sandbox) this sandbox created, changed or deleted relative to its parent."""
+        self._root()
+        return diff_upper(self._upper(), [layer.path for layer in self.lowers])
+
+    async def close(self) -> None:
+        """Kill every process, drop the overlay and tmpfs, free the cgroup and directories. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._drop_ready()
+        self._session.close()
+        if self._init_pid:
+            try:  # pid 1 of the namespace: the kernel kills the rest, bwrap reaps it and exits
+                os.kill(self._init_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._pidfd >= 0:
+            if not self._init_pid or not await _wait_exit(self._pidfd, 2.0):
+                os.kill(self._bwrap_pid, signal.SIGKILL)  # bwrap never started the sandbox, or hangs
+                if not await _wait_exit(self._pidfd, 10.0):
+                    raise SandboxError(f"bwrap (pid {self._bwrap_pid}) did not exit 10 s after SIGKILL")
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._slot is not None:
+            self.backend.pool.release(self._slot)
+            self._slot = None
+        for fd in (self._root_fd, self._err_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._root_fd = self._err_fd = -1
+        try:
+            os.rmdir(self.box)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(self.box, ignore_errors=True)
+        if self._snapshot is not None:
+            self.backend.release([self._snapshot])
+            self._snapshot = None
+        self.backend.release(self.lowers)
+        self.backend.sandboxes.discard(self)
+
+
+async def _wait_exit(pidfd: int, timeout_sec: float) -> bool:
+    """Wait until the process behind ``pidfd`` exited (then its mount namespace is gone); False on timeout."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    try:
+        await asyncio.wait_for(done, timeout_sec)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)

@@ -1,0 +1,236 @@
+"""Thin Linux syscall wrappers the sandbox needs and Python's ``os`` lacks (ctypes, x86-64 / arm64).
+
+- ``unshare`` / ``mount`` / ``setns``: build a private mount namespace holding a sandbox's overlay.
+- ``open_in_root``: ``openat2(RESOLVE_IN_ROOT)``, so the host can read and write files *inside* a sandbox
+  without following the sandbox's symlinks out of it (a link to ``/etc/shadow`` resolves to the
+  sandbox's own ``/etc/shadow``, never the host's).
+- ``descendants`` / ``kill_tree``: a process tree from ``/proc`` (this kernel has no ``/proc/PID/children``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 0x2
+
+_SYS_OPENAT2 = 437  # same number on x86-64 and the generic (arm64) table
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_IN_ROOT = 0x10
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def unshare(flags: int) -> None:
+    """unshare(2). Raises OSError."""
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """setns(2) into the namespace open at ``fd``. Raises OSError."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None
+) -> None:
+    """mount(2). Raises OSError naming the target."""
+    ret = _libc.mount(_enc(source), _enc(target), _enc(fstype), ctypes.c_ulong(flags), _enc(data))
+    _check(ret, f"mount {fstype or ''} on {target}")
+
+
+def _enc(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
+def make_mounts_private() -> None:
+    """Stop mounts made from here on from propagating back to the host namespace."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644, no_symlinks: bool = False) -> int:
+    """Open ``path`` resolved as if ``root_fd`` were ``/`` (symlinks and ``..`` cannot leave it).
+
+    Args:
+        root_fd: an open directory (e.g. of ``/proc/PID/root``) acting as the root.
+        path: absolute or relative path inside that root.
+        flags: ``os.O_*`` flags; ``O_CLOEXEC`` is always added.
+        no_symlinks: fail (ELOOP) on any symlink in the path instead of resolving it inside the root.
+
+    Returns:
+        A new file descriptor.
+
+    Raises:
+        OSError: the usual open errors (ENOENT, EISDIR, EROFS, ...), with the inner path in the message.
+    """
+    resolve = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_SYMLINKS if no_symlinks else 0)
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
+    ret = _libc.syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(root_fd),
+        path.encode(),
+        ctypes.byref(how),
+        ctypes.c_size_t(24),
+    )
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return ret
+
+
+def openat2_available() -> bool:
+    """True when the kernel has openat2 (Linux ≥ 5.6)."""
+    try:
+        os.close(open_in_root(os.open("/", os.O_PATH | os.O_DIRECTORY), ".", os.O_PATH))
+    except OSError as e:
+        return e.errno != errno.ENOSYS
+    return True
+
+
+def _parents() -> dict[int, int]:
+    """pid → ppid of every process on the host."""
+    table: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited while we looked
+        # the command name may contain spaces and parentheses: ppid is the 2nd field after the last ')'
+        table[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Host pids of every live descendant of ``pid`` (not ``pid`` itself), parents before children."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found, stack = [], list(children.get(pid, []))
+    while stack:
+        p = stack.pop()
+        found.append(p)
+        stack.extend(children.get(p, []))
+    return found
+
+
+def kill_tree(pid: int, include_root: bool, rounds: int = 20) -> None:
+    """SIGKILL every descendant of ``pid`` (and ``pid`` if ``include_root``), repeating while new ones appear.
+
+    Descendants are stopped first so a fork loop cannot outrun the kill (a fork bomb is still bounded
+    by the sandbox's pids limit). Processes that double-forked away from the tree are not found here;
+    they die with the sandbox's pid namespace on ``close()``.
+    """
+    for _ in range(rounds):
+        victims = descendants(pid) + ([pid] if include_root else [])
+        if not victims:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in victims:
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
+        if include_root and not _alive(pid):
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+def alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    return _alive(pid)
+
+
+def host_pid_in_pidns(pidns_link: str, ns_pid: int) -> int | None:
+    """Host pid of the process numbered ``ns_pid`` inside the pid namespace ``pidns_link``.
+
+    Args:
+        pidns_link: ``readlink /proc/PID/ns/pid`` of any process of that namespace (``'pid:[4026…]'``).
+    """
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != pidns_link:
+                continue
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("NSpid:"):
+                        if int(line.split()[-1]) == ns_pid:
+                            return int(name)
+                        break
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def set_no_new_privs() -> None:
+    """prctl(PR_SET_NO_NEW_PRIVS): exec can never gain privileges (setuid bits, file capabilities)."""
+    _check(
+        _libc.prctl(
+            ctypes.c_int(38), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+        ),
+        "prctl",
+    )
+
+
+# per-thread credential syscalls (glibc's wrappers would change every thread of the process)
+_SYSCALLS = {
+    "x86_64": {"setgroups": 116, "setfsuid": 122, "setfsgid": 123},
+    "aarch64": {"setgroups": 159, "setfsuid": 151, "setfsgid": 152},
+}
+
+
+def drop_fs_identity(uid: int, gid: int) -> None:
+    """Make the *calling thread* access files as ``uid``/``gid`` with no groups and no file capabilities.
+
+    setfsuid from 0 to a non-zero uid clears CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER and
+    friends from the thread's effective set, so permission checks are exactly the sandbox user's.
+
+    Raises:
+        OSError: unsupported architecture, or the identity did not change.
+    """
+    import platform
+
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise OSError(f"no per-thread credential syscalls known for {platform.machine()}")
+    _check(_libc.syscall(ctypes.c_long(numbers["setgroups"]), ctypes.c_int(0), None), "setgroups")
+    _libc.syscall(ctypes.c_long(numbers["setfsgid"]), ctypes.c_uint(gid))
+    _libc.syscall(ctypes.c_long(numbers["setfsuid"]), ctypes.c_uint(uid))
+    # setfsuid/setfsgid return the previous value and never fail loudly: read both back
+    if (
+        _libc.syscall(ctypes.c_long(numbers["setfsuid"]), ctypes.c_uint(0xFFFFFFFF)) != uid
+        or _libc.syscall(ctypes.c_long(numbers["setfsgid"]), ctypes.c_uint(0xFFFFFFFF)) != gid
+    ):
+        raise OSError(f"could not switch the file-access identity to {uid}:{gid}")

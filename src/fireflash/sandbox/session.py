@@ -1,0 +1,300 @@
+"""Commands and background jobs on top of persistent shells; shared by every backend.
+
+A backend supplies three things: how to start a shell in its sandbox (``spawn``), how to find a
+shell's host pid (``host_pid``, to kill process trees) and a root directory fd for the output files.
+
+Timeouts (RECIPE.md §4): with ``on_timeout='kill'`` every descendant of the shell is killed (the
+command's whole tree, never just the shell); if the shell itself does not answer within
+``kill_grace_sec`` (a shell builtin loop) it is killed too and a new one is started with the last
+working directory and exported variables. With ``on_timeout='background'`` the busy shell becomes a
+background job and the next command gets a new shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fireflash.protocols import ExecResult, Job
+from fireflash.sandbox.errors import SandboxError
+from fireflash.sandbox.files import file_size, head_tail, remove_output
+from fireflash.sandbox.linux import kill_tree
+from fireflash.sandbox.shell import OUTPUT_DIR, Record, Shell, ShellDied, ShellState, decode_preview, run_line
+
+SHELL_RESTARTED = "[the shell exited with status {status}; a new shell was started with the previous working directory and exported variables]"
+
+
+@dataclass
+class _Job:
+    job_id: str
+    command: str
+    output_path: str
+    shell: Shell
+    done: asyncio.Future[Record]
+    killed: bool = False
+
+    def exit_code(self) -> int | None:
+        if self.killed or not self.done.done() or self.done.cancelled() or self.done.exception() is not None:
+            return None
+        rec = self.done.result()
+        return _code(rec.fields[0])
+
+
+def _code(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+class ShellSession:
+    """The persistent shell of one sandbox plus its background jobs.
+
+    Args:
+        spawn: starts a new shell in the sandbox at a given state (cwd, exports); raises SandboxError.
+        host_pid: the host pid of a shell, or None if it is gone.
+        root_fd: returns a directory fd acting as the sandbox's ``/`` (for output files).
+        workdir: the initial working directory.
+        preview_chars: head + tail characters returned inline.
+        kill_grace_sec: wait for the shell after killing a timed-out command's tree, seconds.
+        output_budget_bytes: when the output files of finished commands exceed this, the oldest are
+            deleted, so a huge output cannot starve later commands (an output larger than the
+            budget is deleted once its preview is returned).
+        host_prefix: prepended to output paths the *shell* writes to (the unsafe-local backend, whose
+            shell sees the host's paths while files are addressed relative to the sandbox directory).
+    """
+
+    def __init__(
+        self,
+        spawn: Callable[[ShellState], Awaitable[Shell]],
+        host_pid: Callable[[Shell], int | None],
+        root_fd: Callable[[], int],
+        workdir: str,
+        preview_chars: int,
+        kill_grace_sec: float,
+        output_budget_bytes: int | None = None,
+        host_prefix: str = "",
+    ) -> None:
+        self._spawn = spawn
+        self._host_pid = host_pid
+        self._root_fd = root_fd
+        self.state = ShellState(cwd=workdir)
+        self._preview_bytes = max(1, preview_chars // 2)
+        self._grace = kill_grace_sec
+        self._shell: Shell | None = None
+        self._jobs: dict[str, _Job] = {}
+        self._counter = itertools.count(1)
+        self._lock = asyncio.Lock()
+        self._prefix = host_prefix
+        self._budget = output_budget_bytes
+        self._outputs: list[tuple[str, int]] = []  # (path, bytes) of finished commands, oldest first
+
+    def adopt(self, shell: Shell) -> None:
+        """Use ``shell`` (already started at ``self.state``) as the main shell."""
+        self._shell = shell
+
+    async def _main_shell(self) -> Shell:
+        if self._shell is None or self._shell.dead:
+            if self._shell is not None:
+                self._shell.close()
+            self._shell = await self._spawn(self.state)
+        return self._shell
+
+    async def exec(
+        self, command: str, timeout_sec: float | None, background: bool, on_timeout: str
+    ) -> ExecResult:
+        """Run one command; see ``fireflash.protocols.Sandbox.exec``.
+
+        Raises:
+            ValueError: bad ``on_timeout``, a non-positive ``timeout_sec`` or a NUL byte in ``command``.
+            SandboxError: the sandbox cannot start a shell.
+        """
+        if on_timeout not in ("kill", "background"):
+            raise ValueError(f"on_timeout={on_timeout!r}: use 'kill' or 'background'")
+        if "\0" in command:
+            raise ValueError("command contains a NUL byte, which no shell can run")
+        if timeout_sec is not None and timeout_sec <= 0:
+            raise ValueError(f"timeout_sec={timeout_sec}: must be > 0 (or None for no limit)")
+        n = next(self._counter)
+        output_path = f"{OUTPUT_DIR}/{n}.log"
+        started = time.monotonic()
+        if background:
+            job = await self._start_job(command, output_path, f"job-{n}")
+            return await self._result(None, output_path, started, job_id=job.job_id)
+        async with self._lock:
+            return await self._exec_foreground(command, output_path, timeout_sec, on_timeout, started, n)
+
+    async def _exec_foreground(
+        self,
+        command: str,
+        output_path: str,
+        timeout_sec: float | None,
+        on_timeout: str,
+        started: float,
+        n: int,
+    ) -> ExecResult:
+        for attempt in range(2):  # a shell found dead on write is replaced once
+            shell = await self._main_shell()
+            try:
+                done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
+                break
+            except ShellDied:
+                if attempt:
+                    raise SandboxError("the sandbox's shell died twice while receiving a command") from None
+        assert done is not None
+        try:
+            rec = await asyncio.wait_for(asyncio.shield(done), timeout_sec)
+        except asyncio.CancelledError:
+            # the caller gave up: the shell is still busy with this command, so the next command's
+            # record would be this one's. Kill it all; the next exec starts a new shell.
+            pid = self._host_pid(shell)
+            if pid is not None:
+                kill_tree(pid, include_root=True)
+            shell.close()
+            self._shell = None
+            raise
+        except TimeoutError:
+            if on_timeout == "background":
+                job = _Job(f"job-{n}", command, output_path, shell, done)
+                self._jobs[job.job_id] = job
+                self._shell = None
+                done.add_done_callback(lambda _f, s=shell: s.close())
+                return await self._result(None, output_path, started, timed_out=True, job_id=job.job_id)
+            await self._kill_command(shell, done)
+            return await self._result(None, output_path, started, timed_out=True)
+        except ShellDied:
+            self._shell = None
+            return await self._result(
+                None, output_path, started, note=SHELL_RESTARTED.format(status="unknown (killed)")
+            )
+        if rec.kind == "X":
+            self._shell = None
+            return await self._result(
+                _code(rec.fields[0]), output_path, started, note=SHELL_RESTARTED.format(status=rec.fields[0])
+            )
+        self.state = ShellState(cwd=rec.fields[1], exports=rec.fields[2])
+        return await self._result(_code(rec.fields[0]), output_path, started)
+
+    async def _kill_command(self, shell: Shell, done: asyncio.Future[Record]) -> None:
+        """Abort the running command: kill its process tree and make the shell leave it (SIGUSR1).
+
+        Repeated until the shell answers, since each SIGUSR1 leaves one shell-function level; a shell
+        that does not answer within ``kill_grace_sec`` is killed and replaced.
+        """
+        pid = self._host_pid(shell)
+        deadline = time.monotonic() + self._grace
+        while pid is not None and time.monotonic() < deadline:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                break
+            kill_tree(pid, include_root=False)
+            try:
+                rec = await asyncio.wait_for(asyncio.shield(done), 0.05)
+            except TimeoutError:
+                continue
+            except ShellDied:
+                break
+            if rec.kind == "D":  # the shell is back at its prompt
+                self.state = ShellState(cwd=rec.fields[1], exports=rec.fields[2])
+                return
+            break
+        if pid is not None:
+            kill_tree(pid, include_root=True)
+        shell.close()
+        self._shell = None
+
+    async def _start_job(self, command: str, output_path: str, job_id: str) -> _Job:
+        shell = await self._spawn(self.state)
+        try:
+            done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
+        except ShellDied:
+            shell.close()
+            raise SandboxError(f"the shell for background job {job_id} died at start") from None
+        assert done is not None
+        job = _Job(job_id, command, output_path, shell, done)
+        done.add_done_callback(lambda _f: shell.close())
+        self._jobs[job_id] = job
+        return job
+
+    async def _result(
+        self,
+        exit_code: int | None,
+        output_path: str,
+        started: float,
+        timed_out: bool = False,
+        job_id: str | None = None,
+        note: str = "",
+    ) -> ExecResult:
+        root = self._root_fd()
+        size, head, tail = head_tail(root, output_path, self._preview_bytes)
+        if job_id is None and self._budget is not None:
+            self._collect_outputs(root, output_path, size)
+        preview, truncated = decode_preview(head, tail, size, output_path)
+        if note:
+            preview = f"{preview}\n{note}" if preview else note
+        return ExecResult(
+            exit_code=exit_code,
+            output_path=output_path,
+            output_size_bytes=size,
+            preview=preview,
+            preview_truncated=truncated,
+            duration_sec=time.monotonic() - started,
+            timed_out=timed_out,
+            job_id=job_id,
+        )
+
+    def _collect_outputs(self, root: int, output_path: str, size: int) -> None:
+        self._outputs.append((output_path, size))
+        total = sum(s for _, s in self._outputs)
+        while self._outputs and total > self._budget:
+            path, old = self._outputs.pop(0)
+            remove_output(root, path)
+            total -= old
+
+    async def jobs(self) -> list[Job]:
+        """Every background job, running or finished, with its current output size (poll for new output)."""
+        root = self._root_fd()
+        out = []
+        for job in self._jobs.values():
+            size = file_size(root, job.output_path)
+            out.append(
+                Job(
+                    job_id=job.job_id,
+                    command=job.command,
+                    output_path=job.output_path,
+                    running=not job.done.done() and not job.killed,
+                    exit_code=job.exit_code(),
+                    output_size_bytes=size,
+                )
+            )
+        return out
+
+    def kill_job(self, job_id: str) -> None:
+        """Kill a job's shell and its whole process tree.
+
+        Raises:
+            KeyError: no such job (the message lists the known ids).
+        """
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no background job {job_id!r}; jobs: {sorted(self._jobs) or 'none'}")
+        if job.done.done() or job.killed:
+            return
+        pid = self._host_pid(job.shell)
+        if pid is not None:
+            kill_tree(pid, include_root=True)
+        job.killed = True
+        job.shell.close()
+
+    def has_running_jobs(self) -> bool:
+        return any(not j.done.done() and not j.killed for j in self._jobs.values())
+
+    def close(self) -> None:
+        """Close every shell's pipes (processes are killed by the backend)."""
+        if self._shell is not None:
+            self._shell.close()
+        for job in self._jobs.values():
+            job.shell.close()

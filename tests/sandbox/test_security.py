@@ -1,0 +1,349 @@
+"""Security suite (issue 3): escape and abuse attempts, each asserting it fails or is contained.
+
+Limits are small (64 MiB memory, 48 pids, 16 MiB disk, 8 MiB /tmp, a quarter core) so the abusive
+cases finish fast. Every sandbox is checked on close to leave no process, mount, cgroup or directory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fireflash.protocols import TaskEnvironment
+from fireflash.sandbox import SandboxConfig
+
+pytestmark = pytest.mark.sandbox
+
+SECRET = "fireflash-host-secret-7d1e"
+
+
+@pytest.fixture(scope="module")
+def cfg(root_dir: str) -> SandboxConfig:
+    return SandboxConfig(
+        root_dir=root_dir,
+        cgroup_pool_size=1,
+        kill_grace_sec=0.5,
+        preview_chars=400,
+        tmp_size_mb=8,
+        output_size_mb=8,
+    )
+
+
+@pytest.fixture(scope="module")
+def env(task_files: Path) -> TaskEnvironment:
+    return TaskEnvironment(files_dir=task_files, memory_mb=64, pids_max=48, storage_mb=16, cpus=0.25)
+
+
+def sh(run, sandbox, command: str, timeout_sec: float = 10.0):
+    return run(sandbox.exec(command, timeout_sec=timeout_sec))
+
+
+# ── network ──
+
+
+def test_outside_ipv4_unreachable(run, sandbox):
+    r = sh(run, sandbox, "echo > /dev/tcp/1.1.1.1/53")
+    assert r.exit_code != 0 and "unreachable" in r.preview
+
+
+def test_outside_ipv6_unreachable(run, sandbox):
+    r = sh(run, sandbox, "echo > /dev/tcp/2606:4700:4700::1111/53")
+    assert r.exit_code != 0
+
+
+def test_dns_fails(run, sandbox):
+    assert sh(run, sandbox, "getent hosts example.com").exit_code != 0
+
+
+def test_host_loopback_listener_unreachable(run, sandbox):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        r = sh(run, sandbox, f"echo hi > /dev/tcp/127.0.0.1/{port}")
+        assert r.exit_code != 0 and "refused" in r.preview
+        server.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            server.accept()
+
+
+def test_host_abstract_unix_socket_unreachable(run, sandbox):
+    name = f"\0fireflash-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(name)
+        server.listen()
+        code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({name!r})"
+        r = sh(run, sandbox, f'python3 -c "{code}"')
+        assert r.exit_code != 0 and ("ConnectionRefused" in r.preview or "FileNotFound" in r.preview)
+
+
+def test_only_loopback_interface(run, sandbox):
+    r = sh(run, sandbox, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+    assert r.preview.split() == ["lo"]
+
+
+# ── files ──
+
+
+def test_etc_shadow_unreadable(run, sandbox):
+    r = sh(run, sandbox, "cat /etc/shadow")
+    assert r.exit_code != 0 and "Permission denied" in r.preview
+
+
+def test_host_home_not_visible(run, sandbox):
+    assert Path("/root").exists()
+    r = sh(run, sandbox, "ls -A /root; cat /root/.bashrc")
+    assert r.exit_code != 0 and "No such file" in r.preview
+
+
+def test_repo_and_host_tmp_not_visible(run, sandbox, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    r = sh(run, sandbox, f"ls /work; cat {secret}; cat {__file__}; grep -r {SECRET} /tmp /app 2>/dev/null")
+    assert r.exit_code != 0 and SECRET not in r.preview.replace(f"grep -r {SECRET}", "")
+
+
+def test_system_dirs_read_only(run, sandbox):
+    r = sh(run, sandbox, "touch /usr/bin/ff-evil /etc/ff-evil /bin/ff-evil")
+    assert r.preview.count("Read-only file system") == 3
+    assert not Path("/usr/bin/ff-evil").exists() and not Path("/etc/ff-evil").exists()
+
+
+def test_top_level_dirs_stay_inside(run, sandbox):
+    r = sh(run, sandbox, "mkdir /ff-evil && touch /ff-evil/x && echo made; mv /usr /usr2; rm /etc/hostname")
+    assert r.preview.startswith("made") and not Path("/ff-evil").exists()
+    assert "Device or resource busy" in r.preview and "Read-only file system" in r.preview
+    assert Path("/usr/bin/bash").exists()
+
+
+def test_host_read_file_does_not_follow_links_out(run, sandbox):
+    sh(
+        run,
+        sandbox,
+        "ln -s /etc/shadow /app/l1; ln -s /root/.bashrc /app/l2; ln -s ../../../../../../etc/shadow /app/l3",
+    )
+    with pytest.raises(PermissionError):
+        run(sandbox.read_file("/app/l1"))  # the sandbox's own /etc/shadow, read with the sandbox uid
+    with pytest.raises(FileNotFoundError):
+        run(sandbox.read_file("/app/l2"))  # resolved inside: the sandbox's /root is empty
+    with pytest.raises(PermissionError):
+        run(sandbox.read_file("/app/l3"))  # '..' stops at the sandbox root
+
+
+def test_host_write_file_through_link_stays_inside(run, sandbox, tmp_path):
+    target = tmp_path / "host-target.txt"
+    target.write_text("untouched")
+    sh(run, sandbox, f"ln -s /etc/passwd /app/w1; mkdir -p {target.parent}; ln -s {target} /app/w2")
+    with pytest.raises(OSError):
+        run(sandbox.write_file("/app/w1", b"evil"))
+    run(sandbox.write_file("/app/w2", b"inside"))  # lands in the sandbox's own /tmp
+    assert target.read_text() == "untouched"
+    assert sh(run, sandbox, f"cat {target}").preview == "inside"
+
+
+def test_output_file_replaced_by_link_leaks_nothing(run, sandbox):
+    r = sh(run, sandbox, "true")
+    n = int(Path(r.output_path).stem)
+    sh(run, sandbox, f"ln -sf /etc/shadow /tmp/.fireflash/{n + 2}.log")
+    r = sh(run, sandbox, "echo next")
+    assert "root:" not in r.preview
+
+
+def test_proc_root_magic_link_blocked(run, sandbox):
+    with pytest.raises(OSError):
+        run(sandbox.read_file("/proc/1/root/etc/shadow"))
+    r = sh(run, sandbox, "cat /proc/1/root/etc/shadow")
+    assert r.exit_code != 0
+
+
+def test_hard_link_to_protected_file_denied(run, sandbox):
+    r = sh(run, sandbox, "ln /etc/shadow /app/hard")
+    assert r.exit_code != 0
+
+
+def test_fork_snapshot_copies_links_not_targets(run, sandbox):
+    sh(run, sandbox, "ln -s /etc/shadow /app/snap-link")
+    child = run(sandbox.fork())
+    try:
+        assert run(child.exec("readlink /app/snap-link")).preview == "/etc/shadow\n"
+        assert run(child.exec("cat /app/snap-link")).exit_code != 0
+    finally:
+        run(child.close())
+
+
+# ── processes, privileges, kernel ──
+
+
+def test_host_processes_invisible(run, sandbox):
+    r = sh(run, sandbox, "ls /proc | grep -c '^[0-9]'")
+    assert int(r.preview.strip()) < 10  # keeper, shell, its wrapper-less children
+    assert str(os.getpid()) not in sh(run, sandbox, "ps -eo pid,args").preview.split()
+
+
+def test_cannot_signal_host_process(run, sandbox):
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        r = sh(run, sandbox, f"kill -9 {victim.pid}")
+        assert r.exit_code != 0
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_cannot_ptrace_host_process(run, sandbox):
+    r = sh(run, sandbox, f"strace -p {os.getpid()} -o /dev/null", timeout_sec=5)
+    assert r.exit_code != 0 and not r.timed_out
+
+
+def test_kill_all_from_inside_does_not_kill_the_sandbox(run, sandbox):
+    sh(run, sandbox, "kill -9 -1")
+    assert sh(run, sandbox, "echo alive").preview == "alive\n"
+
+
+def test_mount_and_new_user_namespace_denied(run, sandbox):
+    r = sh(run, sandbox, "mount -t tmpfs none /mnt; unshare -rm true; unshare -U true")
+    assert r.exit_code != 0
+    assert r.preview.count("mount") >= 1 and "unshare failed" in r.preview
+
+
+def test_kernel_module_load_denied(run, sandbox):
+    code = "import ctypes, os; r = ctypes.CDLL(None, use_errno=True).syscall(313, 0, b'', 0); print(r, os.strerror(ctypes.get_errno()))"
+    r = sh(run, sandbox, f'python3 -c "{code}"; modprobe dummy')
+    assert r.preview.startswith("-1 ") and r.exit_code != 0
+
+
+def test_no_capabilities_and_no_new_privs_also_after_restart(run, sandbox):
+    for _ in range(2):
+        r = sh(run, sandbox, "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status; id -u")
+        fields = dict(line.split(":\t") for line in r.preview.splitlines()[:3])
+        assert fields == {"CapPrm": "0000000000000000", "CapEff": "0000000000000000", "NoNewPrivs": "1"}
+        assert r.preview.splitlines()[3] == "1000"
+        sh(run, sandbox, "exit 1")  # the next shell joins the sandbox another way
+
+
+def test_setuid_binaries_do_not_elevate(run, sandbox):
+    r = sh(run, sandbox, "su -c 'id -u' root; sudo -n id -u; id -u")
+    assert r.preview.strip().splitlines()[-1] == "1000" and "\n0\n" not in f"\n{r.preview}"
+
+
+def test_limits_and_cgroups_cannot_be_changed(run, sandbox):
+    r = sh(
+        run,
+        sandbox,
+        "ulimit -Hn unlimited; ls /sys/fs/cgroup; echo 999999 > /proc/sys/kernel/pid_max; hostname evil",
+    )
+    assert r.exit_code != 0
+    assert "Operation not permitted" in r.preview or "cannot modify limit" in r.preview
+    assert socket.gethostname() != "evil"
+
+
+def test_environment_has_no_host_variables(run, sandbox, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_SECRET_TEST", SECRET)
+    r = sh(run, sandbox, "env; exit 2")  # the restarted shell gets its environment another way
+    r2 = sh(run, sandbox, "env")
+    assert SECRET not in r.preview and SECRET not in r2.preview and "PATH=" in r2.preview
+
+
+def test_minimal_dev_and_no_sys(run, sandbox):
+    r = sh(run, sandbox, "ls /dev; ls /sys")
+    assert "vda" not in r.preview and "sda" not in r.preview and r.exit_code != 0
+
+
+# ── resources ──
+
+
+def test_fork_bomb_contained_and_host_responsive(run, sandbox):
+    job = run(sandbox.exec(":(){ :|:& };:", background=True)).job_id
+    time.sleep(0.5)
+    started = time.monotonic()
+    subprocess.run(["true"], check=True)
+    assert time.monotonic() - started < 2.0
+    slot = sandbox._slot
+    pids_max = int((slot.cgroup.dirs["pids"] / "pids.max").read_text())
+    bomb = [p for p in slot.cgroup.pids() if p != slot.launcher.pid]
+    assert len(bomb) + 1 <= pids_max
+    started = {p: _start_time(p) for p in bomb}
+    run(sandbox.kill_job(job))
+    run(sandbox.close())
+    assert not [p for p in bomb if _start_time(p) == started[p] != ""]
+
+
+def test_memory_hog_killed(run, sandbox):
+    r = sh(run, sandbox, "python3 -c 'b = bytearray(300 * 1024 * 1024); print(len(b))'", timeout_sec=20)
+    assert r.exit_code not in (0, None) and "314572800" not in r.preview
+    assert sh(run, sandbox, "echo alive").preview == "alive\n"
+
+
+def test_disk_fill_capped(run, sandbox):
+    r = sh(run, sandbox, "dd if=/dev/zero of=/app/fill bs=1M count=64", timeout_sec=20)
+    assert r.exit_code != 0 and "No space left" in r.preview
+    r = sh(
+        run, sandbox, "dd if=/dev/zero of=/tmp/fill bs=1M count=64; rm -f /tmp/fill /app/fill", timeout_sec=20
+    )
+    assert "No space left" in r.preview
+    assert sh(run, sandbox, "echo alive").preview == "alive\n"
+
+
+def test_huge_output_capped_by_output_size(run, sandbox):
+    started = time.monotonic()
+    r = sh(run, sandbox, "yes 0123456789 | head -c 100000000", timeout_sec=20)
+    assert r.output_size_bytes <= 8 * 1024 * 1024 and time.monotonic() - started < 10
+    assert len(r.preview) < 1000
+
+
+def test_runaway_cpu_throttled(run, sandbox):
+    code = "import time; t = time.time()\nwhile time.time() - t < 1.0: pass\nprint(time.process_time())"
+    r = sh(run, sandbox, f"python3 -c '{code}'", timeout_sec=20)
+    assert r.exit_code == 0 and float(r.preview.strip()) < 0.6  # quota: 0.25 core
+
+
+def test_command_that_never_exits_is_killed(run, sandbox):
+    r = sh(run, sandbox, "tail -f /dev/null", timeout_sec=0.3)
+    assert r.timed_out and r.exit_code is None
+    assert sh(run, sandbox, "pgrep -c tail; echo alive").preview.splitlines()[-2:] == ["0", "alive"]
+
+
+def test_command_closing_stdout_early(run, sandbox):
+    r = sh(run, sandbox, "exec >&- 2>&-; sleep 0.1; echo gone")
+    assert r.exit_code is not None and not r.timed_out
+    r = sh(run, sandbox, "python3 -c 'import os; os.close(1); os.close(2)'; echo $?")
+    assert r.preview == "0\n"
+
+
+def test_double_forked_daemons_die_on_close(run, parent):
+    sandbox = run(parent.fork())
+    try:
+        started = time.monotonic()
+        r = sh(
+            run,
+            sandbox,
+            "( setsid sleep 300 & ); nohup sleep 301 >/dev/null 2>&1 & disown; ( ( sleep 302 & ) & ); echo started",
+        )
+        assert r.preview == "started\n" and time.monotonic() - started < 5
+        slot = sandbox._slot
+        survivors = {p: _start_time(p) for p in slot.cgroup.pids() if p != slot.launcher.pid}
+        assert len(survivors) >= 3
+    finally:
+        run(sandbox.close())
+    assert [p for p in slot.cgroup.pids() if p != slot.launcher.pid] == []
+    assert not [p for p, t in survivors.items() if _start_time(p) == t != ""]
+
+
+def _start_time(pid: int) -> str:
+    """Start time of a process (clock ticks since boot), '' when gone: a pid reused later differs."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
+
+
+def test_huge_outputs_do_not_starve_later_commands(run, sandbox):
+    for _ in range(3):  # 3 MB each against an 8 MB output tmpfs: old outputs must make room
+        r = sh(run, sandbox, "head -c 3000000 /dev/zero | tr '\\0' a", timeout_sec=20)
+        assert r.exit_code == 0 and r.output_size_bytes == 3_000_000
+    r = sh(run, sandbox, "echo small; ls /tmp/.fireflash | wc -l")
+    assert r.preview.startswith("small\n") and int(r.preview.split()[1]) <= 3
