@@ -1,6 +1,6 @@
 """Harness configuration (RECIPE.md §4). Identical for training, probing and evaluation."""
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SamplingConfig(BaseModel):
@@ -25,6 +25,24 @@ class HarnessConfig(BaseModel):
     preview_chars: int = Field(2000, gt=0, description="Characters of command output shown inline (head+tail).")
     read_default_lines: int = Field(2000, gt=0, description="Read tool's default line limit.")
     read_max_line_chars: int = Field(2000, gt=0, description="Longer lines are cut in Read output.")
+    read_max_chars: int = Field(
+        24000, gt=0, description="A Read whose numbered output exceeds this many characters is refused with a hint."
+    )
     few_shot: bool = Field(False, description="Prepend worked tool-call exchanges (recorded in the trajectory).")
     assistant_prefix: str = Field("", description="Text every assistant turn starts with (prompt tokens, loss mask 0).")
     system_prompt_path: str | None = Field(None, description="Template file; None uses the built-in efficient-workflow prompt.")
+    summary_max_new_tokens: int = Field(1024, ge=16, description="Token cap of the compaction summary turn.")
+    min_turn_room_tokens: int = Field(
+        32, ge=1, description="A turn needs at least this much room left in the context window, tokens; else it ends."
+    )
+    check_retokenization: bool = Field(
+        True, description="Each turn, re-tokenize the sampled text and record where it differs from the sampled ids."
+    )
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> "HarnessConfig":
+        if self.bash_timeout_sec > self.bash_max_timeout_sec:
+            raise ValueError(
+                f"bash_timeout_sec ({self.bash_timeout_sec}) > bash_max_timeout_sec ({self.bash_max_timeout_sec})"
+            )
+        return self

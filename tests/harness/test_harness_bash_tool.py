@@ -1,0 +1,119 @@
+"""The Bash tool through a real sandbox: output files and previews, background moves, kills, notices."""
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from fireflash.harness.bash import BashTool, preview
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.integration]
+
+PORT_OPEN = "python3 -c \"import socket; s=socket.socket(); s.settimeout(0.5); print('open' if s.connect_ex(('127.0.0.1', {p})) == 0 else 'closed')\""
+COUNT_SLEEPERS = (  # processes whose command line holds the marker (split so this one does not match)
+    "python3 -c \"import glob\nn = 0\nfor f in glob.glob('/proc/[0-9]*/cmdline'):\n"
+    "    try: n += b'3141' b'59' in open(f, 'rb').read()\n    except OSError: pass\nprint(n)\""
+)
+
+
+def bash(sb, timeout=20.0, preview_chars=2000):
+    return BashTool(sb, default_timeout_sec=timeout, max_timeout_sec=60.0, preview_chars=preview_chars)
+
+
+def job_id(text):
+    return re.search(r"job (\S+?)[ ;(]", text).group(1)
+
+
+def test_binary_output_is_decoded_with_replacement(in_sandbox):
+    out = in_sandbox(lambda sb: bash(sb).run("head -c 64 /dev/urandom"))
+    assert out.startswith("exit code 0") and "64 bytes of output in /" in out
+    out.encode("utf-8")  # always valid text for the model
+
+
+def test_100_kb_output_goes_to_file_with_head_tail_preview(in_sandbox):
+    async def scenario(sb):
+        out = await bash(sb).run("python3 -c \"print('a' * 50000 + 'b' * 50000)\"")
+        path = re.search(r"output in (\S+)", out).group(1)
+        return out, await sb.read_file(path)
+
+    out, full = in_sandbox(scenario)
+    assert "100,001 bytes of output" in out and len(out) < 2000 + 400
+    assert "aaaa" in out and "bbbb" in out and "output cut: 100,001 bytes in total" in out
+    assert full == b"a" * 50000 + b"b" * 50000 + b"\n"
+
+
+def test_ls_recursive_usr(in_sandbox):
+    out = in_sandbox(lambda sb: bash(sb).run("ls -R /usr"))
+    # exit code 1 is fine: a few directories are unreadable for the sandbox's unprivileged user
+    assert out.startswith("exit code ") and "output cut" in out and out.splitlines()[1] == "/usr:"
+    assert len(out) < 2000 + 400
+
+
+def test_cwd_persists_and_trailing_ampersand_returns_at_once(in_sandbox):
+    async def scenario(sb):
+        b = bash(sb)
+        await b.run("mkdir -p /tmp/w && cd /tmp/w")
+        pwd = await b.run("pwd")
+        start = time.perf_counter()
+        served = await b.run("python3 -m http.server 8080 >/dev/null 2>&1 &")
+        return pwd, served, time.perf_counter() - start
+
+    pwd, served, seconds = in_sandbox(scenario)
+    assert pwd.rstrip().endswith("\n/tmp/w")
+    assert served.startswith("exit code 0") and seconds < 5
+
+
+def test_loop_past_timeout_moves_to_background_and_is_killed_with_children(in_sandbox):
+    loop = "sleep 314159 & python3 -c \"import time\nwhile True: print('tick', flush=True); time.sleep(0.05)\""
+
+    async def scenario(sb):
+        b = bash(sb)
+        moved = await b.run(loop, timeout=1)
+        before = await b.run(COUNT_SLEEPERS)
+        killed = await b.run(f"kill_job {job_id(moved)}")
+        after = await b.run(COUNT_SLEEPERS)
+        return moved, before, killed, after, await b.run("kill_job nosuch")
+
+    moved, before, killed, after, unknown = in_sandbox(scenario)
+    assert "moved to the background as job" in moved and "not killed" in moved and "kill_job" in moved
+    assert before.splitlines()[-1] == "1" and after.splitlines()[-1] == "0"
+    assert killed.startswith("Stopped job")
+    assert unknown.startswith("Error: no background job 'nosuch'")
+
+
+def test_stopping_background_server_frees_its_port(in_sandbox):
+    async def scenario(sb):
+        b = bash(sb)
+        started = await b.run("python3 -m http.server 8765", run_in_background=True)
+        for _ in range(50):
+            if (await b.run(PORT_OPEN.format(p=8765))).rstrip().endswith("open"):
+                break
+            await asyncio.sleep(0.1)
+        opened = await b.run(PORT_OPEN.format(p=8765))
+        await b.run(f"kill_job {job_id(started)}")
+        return started, opened, await b.run(PORT_OPEN.format(p=8765))
+
+    started, opened, closed = in_sandbox(scenario)
+    assert started.startswith("Started background job")
+    assert opened.rstrip().endswith("open") and closed.rstrip().endswith("closed")
+
+
+def test_finished_background_job_is_noticed_once(in_sandbox):
+    async def scenario(sb):
+        b = bash(sb)
+        started = await b.run("sleep 0.2; echo finished", run_in_background=True)
+        await asyncio.sleep(1.0)
+        return started, await b.finished_notices(), await b.finished_notices(), await b.running_jobs()
+
+    started, notices, again, running = in_sandbox(scenario)
+    [notice] = notices
+    assert f"background job {job_id(started)}" in notice and "exit code 0" in notice
+    assert again == [] and running == []
+
+
+def test_preview_keeps_head_and_tail():
+    text = "H" * 3000 + "T" * 3000
+    out = preview(text, 6000, "/tmp/o.log", 1000)
+    assert out.startswith("H" * 500 + "\n[") and out.endswith("]\n" + "T" * 500) and "/tmp/o.log" in out
+    assert preview("short", 5, "/x", 1000) == "short"
