@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 
 from fireflash import doctor
 from fireflash.cli import app
+from fireflash.sandbox import host
+from fireflash.sandbox.config import SandboxConfig
 
 pytestmark = pytest.mark.unit
 
@@ -27,31 +29,31 @@ def test_python_version():
 
 
 def test_bwrap_missing_names_apt_package():
-    assert doctor.check_bwrap(lambda name: "/usr/bin/bwrap").ok
-    bad = doctor.check_bwrap(lambda name: None)
-    assert not bad.ok and "apt-get install -y bubblewrap" in bad.fix
+    name, ok, detail = host.check_bwrap(lambda name: None)
+    assert (name, ok) == ("bubblewrap", False) and "apt-get install -y bubblewrap" in detail
+    assert host.check_bwrap()[1]  # the real host
 
 
 def test_user_namespaces(tmp_path):
-    ok = _tree(tmp_path / "ok", {"sys/user/max_user_namespaces": "100\n", "self/ns/user": ""})
-    assert doctor.check_user_namespaces(ok).ok
-    off = _tree(tmp_path / "off", {"sys/user/max_user_namespaces": "0\n", "self/ns/user": ""})
-    assert "max_user_namespaces" in doctor.check_user_namespaces(off).fix
-    debian = _tree(tmp_path / "deb", {"sys/kernel/unprivileged_userns_clone": "0\n", "self/ns/user": ""})
-    assert "unprivileged_userns_clone=1" in doctor.check_user_namespaces(debian).fix
-    assert "CONFIG_USER_NS" in doctor.check_user_namespaces(tmp_path / "empty").fix
+    assert host.check_userns(_tree(tmp_path / "ok", {"sys/user/max_user_namespaces": "100\n"}))[1]
+    off = host.check_userns(_tree(tmp_path / "off", {"sys/user/max_user_namespaces": "0\n"}))
+    assert not off[1] and "sysctl -w user.max_user_namespaces" in off[2]
+    debian = host.check_userns(_tree(tmp_path / "deb", {"sys/kernel/unprivileged_userns_clone": "0\n"}))
+    assert not debian[1] and "unprivileged_userns_clone=1" in debian[2]
+    ubuntu = host.check_userns(_tree(tmp_path / "ubu", {"sys/kernel/apparmor_restrict_unprivileged_userns": "1\n"}))
+    assert not ubuntu[1] and "apparmor_restrict_unprivileged_userns=0" in ubuntu[2]
 
 
-def test_cgroups_v2_v1_hybrid_and_none(tmp_path):
-    v2 = _tree(tmp_path / "v2", {"cgroup.controllers": "cpuset cpu io memory pids\n"})
-    assert doctor.check_cgroups(v2).detail == "v2 with memory, pids, cpu"
-    hybrid = _tree(tmp_path / "hy", {"memory/cgroup.procs": "", "pids/cgroup.procs": "", "cpu/cgroup.procs": "",
-                                      "unified/cgroup.controllers": "hugetlb\n", "unified/cgroup.procs": ""})
-    check = doctor.check_cgroups(hybrid)
-    assert check.ok and "v1 controllers cpu, memory, pids" in check.detail and "cgroup.kill" in check.detail
-    partial = _tree(tmp_path / "partial", {"memory/cgroup.procs": ""})
-    check = doctor.check_cgroups(partial)
-    assert not check.ok and "cpu, pids" in check.detail and check.fix
+def test_cgroups_fallback_is_reported_with_its_consequence():
+    name, ok, detail = host.check_cgroups(SandboxConfig(cgroup_mode="none"))
+    assert not ok and "rlimits" in detail
+    assert host.check_cgroups(SandboxConfig())[1]  # this host: v1 controllers
+
+
+def test_doctor_lists_sandbox_failures_with_fixes():
+    checks = doctor.sandbox_checks(SandboxConfig(cgroup_mode="none"))
+    failed = [c for c in checks if not c.ok]
+    assert [c.name for c in failed] == ["sandbox: cgroups"] and "rlimits" in failed[0].fix
 
 
 def test_model_missing_package_names_install_command():

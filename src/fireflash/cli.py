@@ -1,6 +1,8 @@
 """The user's entry points: `fireflash --help`.
 
     fireflash train -c C [a.b=v...]          the main job: asynchronous GRPO (--resume, --sync, --dry-run)
+    fireflash tasks validate|fuzz PATH...    the nine validation gates (RECIPE.md §3)
+    fireflash agent run TASK_DIR | replay T  one attempt through the harness; print a saved trajectory
     fireflash doctor                         is this host ready? (each failure names its fix)
     fireflash config show [-c C] [a.b=v...]  the resolved config tree as TOML
     fireflash model warm [NAME]              cache the embedded model once (~40 s first time)
@@ -16,6 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
+from fireflash.harness.commands import app as agent_app
+from fireflash.tasks.commands import app as tasks_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
                   no_args_is_help=True, add_completion=False)
@@ -23,6 +27,8 @@ config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 model_app = typer.Typer(help="Models: the embedded default and local HF directories.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(model_app, name="model")
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(agent_app, name="agent")
 console = Console()
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")

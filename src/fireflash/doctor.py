@@ -1,5 +1,8 @@
 """`fireflash doctor`: is this host ready to run FireFlash? Each failing check names its fix.
 
+Sandbox readiness (bubblewrap usable, user namespaces, overlayfs, cgroup controllers) comes from the
+configured backend itself (``fireflash.sandbox.host``), so doctor and the backend never disagree.
+
 Every check is a plain function whose host-facing inputs (paths, version tuples, lookups) are
 parameters with the real host as default, so tests simulate a broken host without patching.
 """
@@ -12,6 +15,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from fireflash.sandbox import check_host
+from fireflash.sandbox.config import SandboxConfig
 
 
 @dataclass(frozen=True)
@@ -36,49 +42,6 @@ def check_torch() -> Check:
         return Check("torch", False, f"not importable: {e}", "make setup (installs torch==2.13.0 CPU build here)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return Check("torch", True, f"{torch.__version__}, {device}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
-
-
-def check_bwrap(which: Callable[[str], str | None] = shutil.which) -> Check:
-    path = which("bwrap")
-    if path:
-        return Check("bubblewrap", True, path)
-    return Check("bubblewrap", False, "bwrap not on PATH", "apt-get install -y bubblewrap (Debian/Ubuntu)")
-
-
-def check_user_namespaces(proc_root: Path = Path("/proc")) -> Check:
-    max_ns = proc_root / "sys/user/max_user_namespaces"
-    clone = proc_root / "sys/kernel/unprivileged_userns_clone"
-    if max_ns.is_file() and int(max_ns.read_text().strip() or 0) == 0:
-        return Check("user namespaces", False, "user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=15000")
-    if clone.is_file() and clone.read_text().strip() == "0":
-        return Check(
-            "user namespaces", False, "kernel.unprivileged_userns_clone = 0",
-            "sysctl -w kernel.unprivileged_userns_clone=1 (or run as root)",
-        )
-    if not (proc_root / "self/ns/user").exists():
-        return Check("user namespaces", False, "kernel without user namespaces", "use a kernel with CONFIG_USER_NS=y")
-    return Check("user namespaces", True, "available")
-
-
-def check_cgroups(cgroup_root: Path = Path("/sys/fs/cgroup")) -> Check:
-    """Which controllers the sandbox can use for memory / pids / CPU limits: v2, v1, or none."""
-    v2 = cgroup_root / "cgroup.controllers"
-    v2_controllers = set(v2.read_text().split()) if v2.is_file() else set()
-    unified = cgroup_root / "unified"
-    if not v2_controllers and (unified / "cgroup.controllers").is_file():
-        v2_controllers = set((unified / "cgroup.controllers").read_text().split())
-    v1 = {c for c in ("memory", "pids", "cpu") if (cgroup_root / c).is_dir() and any((cgroup_root / c).iterdir())}
-    wanted = {"memory", "pids", "cpu"}
-    if wanted <= v2_controllers:
-        return Check("cgroups", True, "v2 with memory, pids, cpu")
-    if wanted <= v1 | v2_controllers:
-        v2_tree = "; v2 tree at unified/ (cgroup.kill)" if (unified / "cgroup.procs").is_file() else ""
-        return Check("cgroups", True, f"v1 controllers {', '.join(sorted(v1))}{v2_tree}")
-    missing = ", ".join(sorted(wanted - v1 - v2_controllers))
-    return Check(
-        "cgroups", False, f"controllers missing: {missing} (limits fall back to rlimits)",
-        "mount the cgroup controllers (systemd does this) or run in a container with --cgroupns=private",
-    )
 
 
 def check_model(name: str = "smollm2-135m", cache_dir: str | None = None, registry: dict | None = None) -> Check:
@@ -107,13 +70,13 @@ def check_disk(path: Path = Path("."), min_free_gib: float = 5.0, usage: Callabl
     )
 
 
-def run_checks(model: str = "smollm2-135m") -> list[Check]:
-    checks = [check_python(), check_torch(), check_bwrap(), check_user_namespaces(), check_cgroups()]
-    try:
-        from fireflash.sandbox import check_host
-        from fireflash.sandbox.config import SandboxConfig
-    except ImportError:
-        pass
-    else:
-        checks += [Check(f"sandbox: {name}", ok, detail) for name, ok, detail in check_host(SandboxConfig())]
+def sandbox_checks(cfg: SandboxConfig) -> list[Check]:
+    """The sandbox backend's own readiness checks (``fireflash.sandbox.check_host``); a failure's detail is its fix."""
+    return [
+        Check(f"sandbox: {name}", ok, detail if ok else "", "" if ok else detail) for name, ok, detail in check_host(cfg)
+    ]
+
+
+def run_checks(model: str = "smollm2-135m", sandbox: SandboxConfig | None = None) -> list[Check]:
+    checks = [check_python(), check_torch(), *sandbox_checks(sandbox or SandboxConfig())]
     return checks + [check_model(model), check_disk()]

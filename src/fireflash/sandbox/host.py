@@ -28,8 +28,9 @@ def _fs_type(path: str) -> str:
     return fstype
 
 
-def _check_bwrap() -> Check:
-    exe = shutil.which("bwrap")
+def check_bwrap(which=shutil.which) -> Check:
+    """bubblewrap installed and able to create namespaces (``which`` is injectable to simulate a host)."""
+    exe = which("bwrap")
     if exe is None:
         return ("bubblewrap", False, "not installed: apt-get install -y bubblewrap")
     argv = [exe, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/usr", "/usr"]
@@ -53,18 +54,19 @@ def _check_bwrap() -> Check:
     return ("bubblewrap", True, f"{version} at {exe}")
 
 
-def _check_userns() -> Check:
-    limit = Path("/proc/sys/user/max_user_namespaces")
+def check_userns(proc_root: Path = Path("/proc")) -> Check:
+    """User namespaces allowed by the kernel's knobs (``proc_root`` is injectable to simulate a host)."""
+    limit = proc_root / "sys/user/max_user_namespaces"
     if limit.exists() and limit.read_text().strip() == "0":
         return ("user namespaces", False, "disabled: sysctl -w user.max_user_namespaces=15000")
     for knob, fix in (
-        ("/proc/sys/kernel/unprivileged_userns_clone", "sysctl -w kernel.unprivileged_userns_clone=1"),
+        ("sys/kernel/unprivileged_userns_clone", "sysctl -w kernel.unprivileged_userns_clone=1"),
         (
-            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "sys/kernel/apparmor_restrict_unprivileged_userns",
             "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
         ),
     ):
-        p = Path(knob)
+        p = proc_root / knob
         if p.exists() and p.read_text().strip() == ("0" if "clone" in knob else "1"):
             return ("user namespaces", False, f"restricted by {knob}: {fix}")
     return ("user namespaces", True, "allowed")
@@ -125,7 +127,8 @@ def _check_root_dir(root_dir: str) -> Check:
     return ("sandbox root_dir", True, f"{root_dir} on {fstype}")
 
 
-def _check_cgroups(cfg: SandboxConfig) -> Check:
+def check_cgroups(cfg: SandboxConfig) -> Check:
+    """Which cgroup version enforces memory / pids / CPU limits (``cfg.cgroup_mode`` forces one)."""
     mode = detect_mode() if cfg.cgroup_mode == "auto" else cfg.cgroup_mode
     detail = {
         "v2": "v2: memory, pids and cpu delegated",
@@ -146,10 +149,10 @@ def check_host(cfg: SandboxConfig) -> list[Check]:
             "running as root" if os.geteuid() == 0 else "the bwrap backend must run as root (as CI does)",
         )
     ]
-    checks.append(_check_bwrap())
-    checks.append(_check_userns())
+    checks.append(check_bwrap())
+    checks.append(check_userns())
     checks.append(_check_overlay(cfg.root_dir))
     checks.append(_check_root_dir(cfg.root_dir))
     checks.append(("openat2", linux.openat2_available(), "safe file access inside sandboxes (Linux >= 5.6)"))
-    checks.append(_check_cgroups(cfg))
+    checks.append(check_cgroups(cfg))
     return checks
