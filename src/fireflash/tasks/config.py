@@ -26,6 +26,9 @@ class GatesConfig(BaseModel):
     cold_start_deadline_sec: float = Field(30.0, gt=0, description="Gate 4: deadline of one cold start.")
     determinism_repeats: int = Field(3, ge=2, description="Gate 9: times the same final state is scored.")
     fuzz_cases: int = Field(8, ge=1, description="Gate 8: malformed workspaces scored per task.")
+    leak_min_line_chars: int = Field(
+        20, ge=1, description="Gate 5: solution lines at least this long (characters) must not appear in the environment."
+    )
 
 
 class TasksConfig(BaseModel):

@@ -1,0 +1,131 @@
+"""Parsers for what a verifier leaves in ``/logs/verifier``: reward.txt, reward.json and JUnit XML.
+
+Harbor's convention (STYLE.md 11): the task's test script writes ``reward.txt`` (one number) or
+``reward.json`` (``{"reward": x, ...}``); pytest-style tests write a JUnit XML report. Anything else is a
+named error, never a crash: malformed reports are the grader's problem to score, not to raise through
+training (RECIPE.md §3, gate 8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class ReportError(ValueError):
+    """A verifier report exists but cannot be read as a reward; the message names the file and the fix."""
+
+
+def parse_reward_txt(data: bytes) -> float:
+    """``reward.txt`` → reward in [0, 1].
+
+    Raises:
+        ReportError: not one finite number, or outside [0, 1].
+    """
+    text = data.decode("utf-8", errors="replace").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise ReportError(f"reward.txt: expected one number in [0, 1], got {text[:80]!r}") from None
+    return _check_range(value, "reward.txt")
+
+
+def parse_reward_json(data: bytes) -> float:
+    """``reward.json`` → reward in [0, 1]: the ``"reward"`` key, or the only numeric value.
+
+    Raises:
+        ReportError: not a JSON object, no numeric ``reward`` (and not exactly one numeric value), or out of range.
+    """
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportError(f"reward.json: not valid UTF-8 JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ReportError(f'reward.json: expected an object like {{"reward": 1.0}}, got {type(obj).__name__}')
+    numeric = {k: v for k, v in obj.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    if "reward" in obj:
+        if "reward" not in numeric:
+            raise ReportError(f"reward.json: 'reward' must be a number, got {obj['reward']!r}")
+        return _check_range(float(numeric["reward"]), "reward.json")
+    if len(numeric) == 1:
+        return _check_range(float(next(iter(numeric.values()))), "reward.json")
+    raise ReportError(
+        f"reward.json: no 'reward' key and {len(numeric)} numeric values; write {{\"reward\": x}}"
+    )
+
+
+def _check_range(value: float, name: str) -> float:
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ReportError(f"{name}: reward {value!r} is outside [0, 1]")
+    return value
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One test case of a JUnit report."""
+
+    id: str  # dotted key: "<classname>.<name>", e.g. "tests.test_outputs.test_sorted"
+    passed: bool  # False for failure, error and skipped: a check that did not pass did not pass
+    message: str = ""
+
+
+_INVALID_XML_CHARS = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def parse_junit(data: bytes) -> list[CheckResult]:
+    """JUnit XML (pytest ``--junitxml`` or the bundled runner) → one ``CheckResult`` per test case.
+
+    A test case reported twice (reruns) passes only if every report of it passes.
+
+    Raises:
+        ReportError: the bytes are not a JUnit XML document.
+    """
+    text = _INVALID_XML_CHARS.sub("\ufffd", data.decode("utf-8", errors="replace"))
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        raise ReportError(f"junit.xml: not valid XML ({e})") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ReportError(f"junit.xml: root element is <{root.tag}>, expected <testsuites> or <testsuite>")
+    results: dict[str, CheckResult] = {}
+    for case in root.iter("testcase"):
+        key = ".".join(p for p in (case.get("classname", ""), case.get("name", "")) if p)
+        bad = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        result = CheckResult(
+            key, bad is None, "" if bad is None else f"{bad.tag}: {bad.get('message', '')}"[:300]
+        )
+        previous = results.get(key)
+        results[key] = result if previous is None or previous.passed else previous
+    return list(results.values())
+
+
+def junit_key(test_id: str) -> str:
+    """A pytest node id → the dotted key JUnit uses: ``tests/test_a.py::TestX::test_y`` → ``tests.test_a.TestX.test_y``."""
+    path, _, rest = test_id.partition("::")
+    module = path.removesuffix(".py")
+    module = module.strip("/").replace("/", ".")
+    return ".".join(p for p in [module, *rest.split("::")] if p)
+
+
+def match_checks(expected_ids: Iterable[str], results: list[CheckResult]) -> dict[str, bool]:
+    """For each expected test id, whether it passed; missing or ambiguous ids count as failed.
+
+    JUnit class names depend on pytest's rootdir (``tests.test_a`` or ``test_a``), so an id matches a
+    case when one dotted key is a component-wise suffix of the other, and only one case matches.
+    """
+    outcome: dict[str, bool] = {}
+    for test_id in expected_ids:
+        key = junit_key(test_id)
+        exact = [r for r in results if r.id == key]
+        found = exact or [r for r in results if _suffix_match(key, r.id)]
+        outcome[test_id] = len(found) == 1 and found[0].passed
+    return outcome
+
+
+def _suffix_match(a: str, b: str) -> bool:
+    short, long = sorted((a.split("."), b.split(".")), key=len)
+    return long[len(long) - len(short) :] == short

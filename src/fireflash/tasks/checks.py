@@ -1,0 +1,288 @@
+"""The nine gate checks: each takes a ``GateContext`` and returns (passed, detail) (RECIPE.md §3).
+
+Gate 1 leaves the reference-solved attempt in the context; gates 5-9 read it. See ``gates`` for what
+each gate means and ``validate_task`` for how they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import PurePosixPath
+from typing import Any
+
+from fireflash.grading.graders import GRADERS, score_swe, score_tests
+from fireflash.grading.reports import ReportError, parse_junit
+from fireflash.grading.verifier import run_verifier
+from fireflash.protocols import Sandbox, Task
+from fireflash.tasks.context import GateContext, closing, fmt
+from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
+from fireflash.tasks.replay import SHELL_OPTIONS
+from fireflash.tasks.requirements import unstated_requirements
+
+PLACEHOLDER = b"TODO\n"
+CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout"}
+NETWORK_PROBE = (
+    "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); s.connect(('1.1.1.1', 53))\" "
+    ">/dev/null 2>&1 && echo ONLINE || echo OFFLINE"
+)
+
+
+async def _gate_reference(s: GateContext) -> tuple[bool, str]:
+    if s.task.solution_path is None or not s.task.solution_path.is_file():
+        return False, "no reference solution (solution/solve.sh)"
+    score = await s.run_reference()
+    ok = score.solved and score.reward == 1.0
+    return ok, fmt(score) + ("" if ok else f"\n{score.log[-1500:]}")
+
+
+async def _gate_stated(s: GateContext) -> tuple[bool, str]:
+    missing = unstated_requirements(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir)
+    if not missing:
+        return True, "every checked path, literal and command is stated"
+    shown = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in missing[:8])
+    return (
+        False,
+        f"{len(missing)} requirement(s) checked by the tests but not stated in instruction.md: {shown}",
+    )
+
+
+async def _gate_offline(s: GateContext) -> tuple[bool, str]:
+    if s.task.environment.allow_internet:
+        return False, "task declares allow_internet = true; training runs offline"
+    async with closing(await (await s.prepare()).fork()) as probe:
+        result = await probe.exec(NETWORK_PROBE, timeout_sec=20)
+    if "OFFLINE" not in result.preview:
+        return False, f"the sandbox reached the network: {result.preview.strip()[:200]}"
+    return True, "network unreachable in the sandbox; the reference was replayed offline (gate 1)"
+
+
+async def _gate_starts(s: GateContext) -> tuple[bool, str]:
+    deadline = min(s.cfg.cold_start_deadline_sec, float(s.task.metadata.get("build_timeout_sec") or "inf"))
+    times = []
+    for i in range(s.cfg.cold_starts):
+        start = time.monotonic()
+        parent = None
+        try:
+            async with asyncio.timeout(deadline):
+                parent = await s.backend.prepare(s.offline_env, f"{s.task.id}-cold{i}-{uuid.uuid4().hex[:8]}")
+                async with closing(await parent.fork()) as child:
+                    result = await child.exec("true", timeout_sec=deadline)
+                if result.exit_code != 0:
+                    return (
+                        False,
+                        f"cold start {i + 1}: a command in the new sandbox exited {result.exit_code}",
+                    )
+        except TimeoutError:
+            return False, f"cold start {i + 1} of {s.cfg.cold_starts} exceeded the {deadline:.1f} s deadline"
+        except Exception as e:  # noqa: BLE001 - a failed start is this gate's verdict, not a validator crash
+            return False, f"cold start {i + 1} failed: {type(e).__name__}: {e}"[:500]
+        finally:
+            if parent is not None:
+                with contextlib.suppress(Exception):
+                    await parent.close()
+        times.append(time.monotonic() - start)
+    return True, f"{len(times)} cold starts, slowest {max(times):.2f} s (deadline {deadline:.1f} s)"
+
+
+def _distinctive_lines(task: Task, min_chars: int) -> list[str]:
+    """Lines of the solution scripts that would give the answer away if found in the environment."""
+    scripts = [task.solution_path] if task.solution_path else []
+    if task.path is not None:
+        scripts += sorted((task.path / "solution").glob("alt_*.sh"))
+    lines = set()
+    for script in scripts:
+        if script is None or not script.is_file():
+            continue
+        for line in script.read_text(errors="replace").splitlines():
+            text = line.strip()
+            long_enough = len(text) >= min_chars
+            if (
+                long_enough
+                and not text.startswith("#")
+                and not SHELL_OPTIONS.match(text)
+                and text not in task.instruction
+            ):
+                lines.add(text)
+    return sorted(lines)
+
+
+GIT_LEAKS = r"""
+for g in $(find {workdir} -maxdepth 4 -name .git 2>/dev/null); do
+  r=$(dirname "$g"); head=$(git -C "$r" rev-parse -q --verify HEAD 2>/dev/null) || continue
+  git -C "$r" rev-parse -q --verify refs/stash >/dev/null && echo "$r: refs/stash holds stashed work"
+  n=$(git -C "$r" fsck --unreachable --no-reflogs 2>/dev/null | grep -c 'unreachable commit')
+  [ "$n" -gt 0 ] && echo "$r: $n unreachable commit(s) (reflog or dangling)"
+  git -C "$r" for-each-ref --format='%(refname:short) %(objectname)' refs/heads refs/tags refs/remotes | \
+  while read name sha; do
+    [ "$sha" != "$head" ] && git -C "$r" merge-base --is-ancestor "$head" "$sha" && echo "AHEAD $r $name"
+  done
+done; true
+"""
+
+
+async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
+    task, problems = s.task, []
+    workdir = shlex.quote(task.environment.workdir)
+    hidden = ["/tests", "/solution", "/logs/verifier"]
+    if task.path is not None:
+        hidden += [str(task.path), str(task.path / "tests"), str(task.path / "solution")]
+    if task.grader.tests_dir is not None:
+        hidden.append(str(task.grader.tests_dir))
+    async with closing(await (await s.prepare()).fork()) as agent:
+        # an empty /tests or /logs mount point is fine; any content in it, or any host path of the task, is not
+        reach = await agent.exec(
+            "for p in "
+            + " ".join(shlex.quote(h) for h in hidden)
+            + '; do { [ -f "$p" ] || [ -n "$(ls -A "$p" 2>/dev/null)" ]; } && echo "$p"; done; true',
+            timeout_sec=30,
+        )
+        problems += [f"{p} is reachable from the agent's sandbox" for p in reach.preview.split()]
+        lines = _distinctive_lines(task, s.cfg.leak_min_line_chars)
+        if lines:
+            end = f"FF_PATTERNS_{uuid.uuid4().hex}"
+            patterns = "\n".join(lines)
+            found = await agent.exec(
+                f"grep -rlFf - -- {workdir} 2>/dev/null <<'{end}'\n{patterns}\n{end}\ntrue", timeout_sec=60
+            )
+            copies = [f for f in found.preview.split() if f not in s.changed]
+            problems += [f"{f} contains lines of the reference solution" for f in copies]
+        git = await agent.exec(GIT_LEAKS.replace("{workdir}", workdir), timeout_sec=60)
+        for line in git.preview.splitlines():
+            if line.startswith("AHEAD "):
+                _, repo, name = line.split(" ", 2)
+                if name not in task.instruction:
+                    problems.append(f"{repo}: ref {name} holds commits ahead of HEAD (future history)")
+            elif line.strip():
+                problems.append(line.strip())
+    return not problems, "; ".join(problems[:6]) or "tests, solution and future history are unreachable"
+
+
+async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
+    parent = await s.prepare()
+    async with closing(await parent.fork()) as nothing:
+        null = await s.grade(nothing)
+    details = [f"do-nothing {fmt(null)}"]
+    ok = null.reward == 0.0
+    expected = await s.expected_files()
+    for label, content in (("empty", b""), ("placeholder", PLACEHOLDER)):
+        async with closing(await parent.fork()) as boiler:
+            for path in expected:
+                await boiler.exec(
+                    f"rm -rf {shlex.quote(path)}; mkdir -p $(dirname {shlex.quote(path)})", timeout_sec=30
+                )
+                await boiler.write_file(path, content)
+            score = await s.grade(boiler)
+        details.append(f"{label} files ({len(expected)}) {fmt(score)}")
+        ok = ok and score.reward == 0.0
+    return ok, "; ".join(details)
+
+
+async def _gate_not_fragile(s: GateContext) -> tuple[bool, str]:
+    alts = sorted((s.task.path / "solution").glob("alt_*.sh")) if s.task.path else []
+    if not alts:
+        return True, "no alternative solutions shipped"
+    failures, details = [], []
+    for alt in alts:
+        async with closing(await s.replay(alt)) as attempt:
+            score = await s.grade(attempt)
+        details.append(f"{alt.name}: {fmt(score)}")
+        if not score.solved:
+            failures.append(alt.name)
+    return not failures, "; ".join(details)
+
+
+async def _mutated(s: GateContext, base: Sandbox, mutation: str, seed: int) -> Sandbox:
+    fork = await base.fork()
+    targets = await s.expected_files() or [str(PurePosixPath(s.task.environment.workdir) / "output.txt")]
+    await apply_mutation(fork, mutation, targets, seed)
+    return fork
+
+
+async def _gate_malformed_ok(s: GateContext) -> tuple[bool, str]:
+    base = s.solved or await s.prepare()
+    problems, seen = [], []
+    for i in range(s.cfg.fuzz_cases):
+        mutation = MUTATIONS[i % len(MUTATIONS)]
+        try:
+            async with closing(await _mutated(s, base, mutation, seed=i)) as fork:
+                score = await s.grade(fork)
+        except Exception as e:  # noqa: BLE001 - the grader crashing is exactly what this gate detects
+            problems.append(f"{mutation}: grader raised {type(e).__name__}: {e}"[:300])
+            continue
+        seen.append(f"{mutation}={score.reward:.2f}")
+        if score.reason in CRASH_REASONS:
+            problems.append(f"{mutation}: {fmt(score)} {score.log[-200:]!r}")
+    if problems:
+        return False, "; ".join(problems[:4])
+    return True, f"{len(seen)} malformed workspaces scored: " + " ".join(seen)
+
+
+def _checks_signature(task: Task, output: Any) -> tuple:
+    """(score fields, per-check outcomes) of one verifier run, for exact comparison."""
+    score = (
+        score_swe(output, task.grader.fail_to_pass, task.grader.pass_to_pass)
+        if task.grader.kind == "swe"
+        else score_tests(output, task.metadata.get("expected_checks"))
+    )
+    try:
+        checks = (
+            sorted((c.id, c.passed) for c in parse_junit(output.reports["junit.xml"]))
+            if "junit.xml" in output.reports
+            else []
+        )
+    except ReportError:
+        checks = [("<bad report>", False)]
+    return (score.reward, score.solved, score.checks_passed, score.checks_total, score.reason, tuple(checks))
+
+
+async def _gate_deterministic(s: GateContext) -> tuple[bool, str]:
+    states: list[tuple[str, Sandbox, bool]] = []
+    if s.solved is not None:
+        states.append(("reference", s.solved, False))
+        states.append(("junk", await _mutated(s, s.solved, "binary_junk", seed=7), True))
+    else:
+        states.append(("do-nothing", await (await s.prepare()).fork(), True))
+    details = []
+    try:
+        for label, sandbox, _ in states:
+            if s.task.grader.kind in GRADERS:
+                runs = [
+                    _checks_signature(s.task, await run_verifier(s.task, sandbox))
+                    for _ in range(s.cfg.determinism_repeats)
+                ]
+            else:
+                runs = [
+                    (await s.grade(sandbox)).model_dump(exclude={"log", "duration_sec"})
+                    for _ in range(s.cfg.determinism_repeats)
+                ]
+                runs = [tuple(sorted(r.items())) for r in runs]
+            if any(r != runs[0] for r in runs[1:]):
+                differing = {str(r[:4]) for r in runs}
+                return (
+                    False,
+                    f"{label} state scored {len(runs)} times gave different results: {', '.join(sorted(differing))}",
+                )
+            details.append(f"{label}: {len(runs)}x identical")
+    finally:
+        for _, sandbox, owned in states:
+            if owned:
+                await sandbox.close()
+    return True, "; ".join(details)
+
+
+GATES: dict[int, Callable[[GateContext], Awaitable[tuple[bool, str]]]] = {
+    1: _gate_reference,
+    2: _gate_stated,
+    3: _gate_offline,
+    4: _gate_starts,
+    5: _gate_no_leaks,
+    6: _gate_null_zero,
+    7: _gate_not_fragile,
+    8: _gate_malformed_ok,
+    9: _gate_deterministic,
+}

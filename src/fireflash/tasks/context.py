@@ -1,0 +1,118 @@
+"""What the gates of one task share: its parent sandbox, the reference-solved attempt, the files a
+solution is expected to produce (RECIPE.md §3; used by ``checks`` and ``fuzz_run``)."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path, PurePosixPath
+
+from fireflash.grading.graders import make_grader
+from fireflash.protocols import Sandbox, SandboxBackend, Score, Task
+from fireflash.tasks.config import GatesConfig
+from fireflash.tasks.replay import replay_solution
+from fireflash.tasks.requirements import referenced_requirements
+
+
+class GateContext:
+    """What gates share: the parent, the reference-solved attempt, the files the reference changes."""
+
+    def __init__(self, task: Task, backend: SandboxBackend, cfg: GatesConfig) -> None:
+        self.task, self.backend, self.cfg = task, backend, cfg
+        self.offline_env = task.environment.model_copy(update={"allow_internet": False})
+        self.parent: Sandbox | None = None
+        self.solved: Sandbox | None = None
+        self.reference_score: Score | None = None
+        self.changed: list[str] = []
+        self._expected: list[str] | None = None
+        self.grader = make_grader(task.grader)
+
+    async def prepare(self) -> Sandbox:
+        """The task's parent environment, built offline on first use (a fresh name: never a cached parent)."""
+        if self.parent is None:
+            self.parent = await self.backend.prepare(
+                self.offline_env, f"{self.task.id}-{uuid.uuid4().hex[:8]}"
+            )
+        return self.parent
+
+    async def replay(self, script: Path) -> Sandbox:
+        """A new attempt (fork of the parent) after replaying ``script`` as Bash tool calls; caller closes it."""
+        attempt = await (await self.prepare()).fork()
+        await replay_solution(
+            attempt,
+            script,
+            self.task.environment.workdir,
+            self.task.metadata.get("solution_env"),
+            self.task.limits.agent_timeout_sec,
+        )
+        return attempt
+
+    async def run_reference(self) -> Score:
+        """Replay solve.sh into ``self.solved``, grade it, and record the workspace files it changed.
+
+        Raises:
+            ValueError: the task has no reference solution.
+        """
+        task = self.task
+        if task.solution_path is None:
+            raise ValueError(f"task {task.id}: no reference solution (solution/solve.sh)")
+        self.solved = await self.replay(task.solution_path)
+        self.reference_score = await self.grade(self.solved)
+        workdir = PurePosixPath(task.environment.workdir)
+        changed = []
+        for raw in await self.solved.diff():
+            p = PurePosixPath("/") / raw
+            if p.is_relative_to(workdir) and not {"__pycache__", ".git"} & set(p.parts) and p != workdir:
+                changed.append(shlex.quote(str(p)))
+        if changed:
+            # directories the reference created are not files to fake; deleted paths stay listed
+            listing = await self.solved.exec(
+                f'for p in {" ".join(changed)}; do [ -d "$p" ] || echo "$p"; done; true', timeout_sec=30
+            )
+            self.changed = sorted(set(listing.preview.split()))
+        return self.reference_score
+
+    async def grade(self, sandbox: Sandbox) -> Score:
+        """Score ``sandbox`` with the task's grader (which grades a fork of it)."""
+        return await self.grader.grade(self.task, sandbox)
+
+    async def expected_files(self) -> list[str]:
+        """Workspace files a solution is expected to produce: changed by the reference or named by the
+        tests; directories of the environment (and parents of other expected paths) are left out."""
+        if self._expected is not None:
+            return self._expected
+        workdir = PurePosixPath(self.task.environment.workdir)
+        paths = set(self.changed)
+        if self.task.grader.tests_dir is not None:
+            for req in referenced_requirements(self.task.grader.tests_dir):
+                if req.kind != "path" or "/" not in req.value or req.value.endswith("/"):
+                    continue
+                p = PurePosixPath(req.value)
+                p = p if p.is_absolute() else workdir / p
+                if p.is_relative_to(workdir) and p != workdir:
+                    paths.add(str(p))
+        paths = {p for p in paths if not any(q.startswith(p + "/") for q in paths)}
+        if paths:
+            quoted = " ".join(shlex.quote(p) for p in sorted(paths))
+            dirs = await (await self.prepare()).exec(
+                f'for p in {quoted}; do [ -d "$p" ] && echo "$p"; done; true', timeout_sec=30
+            )
+            paths -= set(dirs.preview.split())
+        self._expected = sorted(paths)
+        return self._expected
+
+
+@contextlib.asynccontextmanager
+async def closing(sandbox: Sandbox) -> AsyncIterator[Sandbox]:
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+def fmt(score: Score) -> str:
+    return f"reward={score.reward:.3f} checks={score.checks_passed}/{score.checks_total}" + (
+        f" reason={score.reason}" if score.reason else ""
+    )

@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app/logs && tar -czf /app/logs.tar.gz *.log

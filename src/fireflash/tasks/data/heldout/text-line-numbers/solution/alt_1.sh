@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -n '' /app/poem.txt | sed 's/:/: /' > /app/numbered.txt

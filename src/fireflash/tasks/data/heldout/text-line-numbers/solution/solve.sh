@@ -1,0 +1,2 @@
+#!/bin/bash
+awk '{print NR ": " $0}' /app/poem.txt > /app/numbered.txt

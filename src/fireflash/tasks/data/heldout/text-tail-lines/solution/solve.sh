@@ -1,0 +1,2 @@
+#!/bin/bash
+tail -n 3 /app/notes.txt > /app/tail.txt

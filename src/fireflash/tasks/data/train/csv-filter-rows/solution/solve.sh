@@ -1,0 +1,2 @@
+#!/bin/bash
+awk -F, 'NR == 1 || $3 == "FR"' /app/customers.csv > /app/fr.csv

@@ -1,0 +1,2 @@
+#!/bin/bash
+find /app/cache -name '*.tmp' -type f -exec rm -f {} +

@@ -1,0 +1,2 @@
+#!/bin/bash
+find /app/cache -type f -name '*.tmp' -delete

@@ -1,0 +1,2 @@
+#!/bin/bash
+chmod a+x /app/bin/*.sh

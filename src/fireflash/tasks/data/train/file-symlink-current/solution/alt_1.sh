@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app && ln -sfn releases/v2 current

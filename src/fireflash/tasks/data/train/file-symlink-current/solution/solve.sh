@@ -1,0 +1,2 @@
+#!/bin/bash
+ln -s /app/releases/v2 /app/current

@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app/project && git init -q -b main && git add -A && git commit -qm "Initial commit"

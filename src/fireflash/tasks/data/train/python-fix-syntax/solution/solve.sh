@@ -1,0 +1,2 @@
+#!/bin/bash
+sed -i 's/^def main()$/def main():/' /app/hello.py

@@ -1,0 +1,2 @@
+#!/bin/bash
+cut -d' ' -f2 /app/scores.txt > /app/names.txt

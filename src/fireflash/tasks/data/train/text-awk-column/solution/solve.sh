@@ -1,0 +1,2 @@
+#!/bin/bash
+awk '{print $2}' /app/scores.txt > /app/names.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+awk 'END {print NR}' /app/notes.txt > /app/count.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -c WARN /app/app.log > /app/warn_count.txt

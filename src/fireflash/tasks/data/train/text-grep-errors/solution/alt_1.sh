@@ -1,0 +1,2 @@
+#!/bin/bash
+awk '/ERROR/' /app/app.log > /app/errors.log

@@ -1,0 +1,2 @@
+#!/bin/bash
+sed -n '/ERROR/p' /app/app.log > /app/errors.log

@@ -1,0 +1,2 @@
+#!/bin/bash
+grep ERROR /app/app.log > /app/errors.log

@@ -1,0 +1,2 @@
+#!/bin/bash
+tac /app/notes.txt > /app/reversed.txt

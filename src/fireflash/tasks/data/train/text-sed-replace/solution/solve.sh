@@ -1,0 +1,2 @@
+#!/bin/bash
+sed -i 's/localhost/db.internal/g' /app/settings.ini

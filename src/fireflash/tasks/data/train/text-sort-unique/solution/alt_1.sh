@@ -1,0 +1,2 @@
+#!/bin/bash
+sort /app/words.txt | uniq > /app/unique.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+sort -u /app/words.txt > /app/unique.txt

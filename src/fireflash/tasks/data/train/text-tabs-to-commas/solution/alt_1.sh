@@ -1,0 +1,2 @@
+#!/bin/bash
+sed 's/\t/,/g' /app/data.tsv > /app/data.csv

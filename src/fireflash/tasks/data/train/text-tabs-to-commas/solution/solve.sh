@@ -1,0 +1,2 @@
+#!/bin/bash
+tr '\t' ',' < /app/data.tsv > /app/data.csv

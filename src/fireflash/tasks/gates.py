@@ -1,0 +1,123 @@
+"""The nine validation gates a task must pass before it enters the pool (RECIPE.md §3).
+
+    report = await validate_task(task, backend, GatesConfig())
+    report.passed, report.failed_gates      # e.g. False, [6]
+
+    1 reference      the reference solution, replayed as Bash tool calls in the training sandbox
+                     (offline, as training is) and scored by the task's grader, solves the task
+    2 stated         every path, literal and command the tests check appears in the instruction
+    3 offline        the task declares no internet and the sandbox it was solved in has no network
+    4 starts         N cold starts of the environment, each within the deadline, none hangs
+    5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
+                     lines in the environment; no hidden future commits in git history
+    6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0
+    7 not_fragile    every solution/alt_*.sh solves the task too
+    8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
+    9 deterministic  the same final state scored K times gives identical scores and check outcomes
+
+Every gate runs even when an earlier one failed, so a report names all problems at once.
+Simplification: gate 2's optional LLM judge is not implemented (literal matching only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from fireflash.protocols import SCHEMA_VERSION, SandboxBackend, Task
+from fireflash.tasks.checks import GATES
+from fireflash.tasks.config import GatesConfig
+from fireflash.tasks.context import GateContext
+
+GATE_NAMES = {
+    1: "reference",
+    2: "stated",
+    3: "offline",
+    4: "starts",
+    5: "no_leaks",
+    6: "null_zero",
+    7: "not_fragile",
+    8: "malformed_ok",
+    9: "deterministic",
+}
+
+
+class GateResult(BaseModel):
+    """One gate's verdict on one task; ``detail`` says what was measured or what failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gate: int
+    name: str
+    passed: bool
+    detail: str = ""
+    duration_sec: float = 0.0
+
+
+class GateReport(BaseModel):
+    """One task's validation: written as JSON by ``fireflash tasks validate``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    task_id: str
+    path: str | None = None
+    passed: bool
+    gates: list[GateResult]
+    duration_sec: float
+
+    @property
+    def failed_gates(self) -> list[int]:
+        return [g.gate for g in self.gates if not g.passed]
+
+
+async def validate_task(
+    task: Task, backend: SandboxBackend, cfg: GatesConfig | None = None, gates: Iterable[int] = tuple(GATES)
+) -> GateReport:
+    """Run the gates on ``task`` with sandboxes from ``backend`` (RECIPE.md §3).
+
+    Gate 1 runs first when selected (gates 5-9 use the state it leaves); a gate that raises is
+    recorded as failed with the exception, and the remaining gates still run.
+
+    Returns:
+        A ``GateReport``; ``passed`` is True only if every selected gate passed.
+    """
+    cfg = cfg or GatesConfig()
+    selected = sorted(set(gates))
+    unknown = [g for g in selected if g not in GATES]
+    if unknown:
+        raise ValueError(f"unknown gate(s) {unknown}; gates are 1..9")
+    state = GateContext(task, backend, cfg)
+    results, start = [], time.monotonic()
+    try:
+        for gate in selected:
+            t0 = time.monotonic()
+            try:
+                ok, detail = await GATES[gate](state)
+            except Exception as e:  # noqa: BLE001 - recorded per gate so one broken gate hides no other
+                ok, detail = False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"[:1500]
+            results.append(
+                GateResult(
+                    gate=gate,
+                    name=GATE_NAMES[gate],
+                    passed=ok,
+                    detail=detail,
+                    duration_sec=round(time.monotonic() - t0, 3),
+                )
+            )
+    finally:
+        for sandbox in (state.solved, state.parent):
+            if sandbox is not None:
+                with contextlib.suppress(Exception):
+                    await sandbox.close()
+    return GateReport(
+        task_id=task.id,
+        path=str(task.path) if task.path else None,
+        passed=all(r.passed for r in results),
+        gates=results,
+        duration_sec=round(time.monotonic() - start, 3),
+    )

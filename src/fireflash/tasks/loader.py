@@ -1,0 +1,332 @@
+"""Load task directories in the formats people already have: Harbor and Terminal-Bench 1.
+
+    task = load_task("path/to/task")                  # one directory → fireflash.protocols.Task
+    tasks, errors = load_tasks(["bundled:train", "my-tasks/"])   # never stops at the first bad task
+
+A path holding ``task.toml`` is a Harbor task, one holding ``task.yaml`` a Terminal-Bench-1 task; any
+other directory is searched one level down for tasks. Bad directories raise ``TaskLoadError`` naming
+the file and field and how to fix it (RECIPE.md §3: broken tasks must not enter the pool silently).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from fireflash.models import cache_root
+from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
+from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
+from fireflash.tasks.paths import TaskPaths
+
+DATA_DIR = Path(__file__).parent / "data"
+SPLITS = ("train", "heldout")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+class TaskLoadError(ValueError):
+    """A task directory is malformed; the message names the file, the field and the fix."""
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise TaskLoadError(message)
+
+
+def _typed(table: dict[str, Any], key: str, kinds: type | tuple[type, ...], where: str) -> Any:
+    value = table.get(key)
+    if value is None:
+        return None
+    bad = isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,))
+    if bad or not isinstance(value, kinds):
+        names = "/".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+        raise TaskLoadError(f"{where}: {key} = {value!r} must be {names}")
+    return value
+
+
+def _megabytes(value: Any, where: str) -> int:
+    """Harbor's ``memory``/``storage`` strings ('2G', '512M') or a number of MiB → MiB."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    m = _SIZE.match(str(value))
+    _need(m is not None, f"{where} = {value!r}: expected MiB as a number or a size like '2G' / '512M'")
+    number, unit = float(m[1]), m[2].lower()
+    return int(number * {"": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}[unit])
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    _need(
+        isinstance(value, list) and all(isinstance(v, str) for v in value),
+        f"{where} must be a list of strings",
+    )
+    return list(value)
+
+
+def _environment(
+    dockerfile: Path, context: Path, overrides: dict[str, Any], where: str
+) -> tuple[TaskEnvironment, dict[str, Any]]:
+    fields: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if dockerfile.is_file():
+        try:
+            docker = materialise_dockerfile(dockerfile, context)
+        except NeedsContainerBackend as e:
+            raise TaskLoadError(f"needs a container backend: {e}") from None
+        fields.update(
+            workdir=docker.workdir if docker.workdir != "/" else "/app",
+            files_dir=docker.files_dir,
+            setup_commands=docker.setup_commands,
+            env=docker.env,
+        )
+        extra.update(dockerfile=str(dockerfile), base_image=docker.base_image)
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TaskEnvironment(**fields), extra
+    except ValidationError as e:
+        raise TaskLoadError(f"{where}: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
+
+
+def load_harbor(root: Path) -> Task:
+    """A Harbor task directory (``TaskPaths``) → ``Task``.
+
+    Raises:
+        TaskLoadError: missing instruction.md / task.toml / tests/test.sh, unparsable TOML, wrong field types,
+            or a Dockerfile that needs a container backend.
+    """
+    paths = TaskPaths(root)
+    _need(paths.instruction.is_file(), f"{paths.instruction}: missing; write the task's instruction there")
+    instruction = paths.instruction.read_text(errors="replace").strip()
+    _need(bool(instruction), f"{paths.instruction}: empty; state what the agent must do")
+    _need(
+        paths.config.is_file(), f"{paths.config}: missing; add task.toml with [agent] and [verifier] tables"
+    )
+    try:
+        config = tomllib.loads(paths.config.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TaskLoadError(f"{paths.config}: not valid TOML ({e})") from None
+    tables = {}
+    for name in ("agent", "verifier", "environment", "solution", "metadata"):
+        tables[name] = config.get(name, {})
+        _need(isinstance(tables[name], dict), f"{paths.config}: [{name}] must be a table")
+    _need(paths.test_script.is_file(), f"{paths.test_script}: missing; Harbor tasks grade with tests/test.sh")
+    where = str(paths.config)
+    env_t, meta = tables["environment"], dict(tables["metadata"])
+    overrides = {
+        "cpus": _typed(env_t, "cpus", (int, float), f"{where} [environment]"),
+        "allow_internet": _typed(env_t, "allow_internet", bool, f"{where} [environment]"),
+        "workdir": _typed(env_t, "workdir", str, f"{where} [environment]"),
+    }
+    for key, alias in (("memory_mb", "memory"), ("storage_mb", "storage")):
+        if key in env_t or alias in env_t:
+            overrides[key] = _megabytes(env_t.get(key, env_t.get(alias)), f"{where} [environment] {key}")
+    environment, extra = _environment(paths.dockerfile, paths.environment_dir, overrides, where)
+    agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
+    verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
+    build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
+    verifier_env = _typed(tables["verifier"], "env", dict, f"{where} [verifier]") or {}
+    prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in verifier_env.items())
+    kind = _typed(meta, "grader", str, f"{where} [metadata]") or "tests"
+    grader = GraderSpec(
+        kind=kind,
+        tests_dir=paths.tests_dir,
+        test_command=f"{'env ' + prefix if prefix else ''}bash /tests/test.sh",
+        fail_to_pass=_str_list(meta.get("fail_to_pass"), f"{where} [metadata] fail_to_pass"),
+        pass_to_pass=_str_list(meta.get("pass_to_pass"), f"{where} [metadata] pass_to_pass"),
+    )
+    _need(
+        kind != "swe" or bool(grader.fail_to_pass),
+        f"{where} [metadata] fail_to_pass: the 'swe' grader needs at least one test id",
+    )
+    if "expected_checks" in meta:
+        meta["expected_checks"] = _str_list(meta["expected_checks"], f"{where} [metadata] expected_checks")
+    meta.update(extra, format="harbor")
+    if build_timeout is not None:
+        meta["build_timeout_sec"] = float(build_timeout)
+    solution_env = _typed(tables["solution"], "env", dict, f"{where} [solution]")
+    if solution_env:
+        meta["solution_env"] = {str(k): str(v) for k, v in solution_env.items()}
+    limits = TaskLimits(
+        agent_timeout_sec=agent_timeout or TaskLimits().agent_timeout_sec,
+        verifier_timeout_sec=verifier_timeout or TaskLimits().verifier_timeout_sec,
+        max_turns=_typed(tables["agent"], "max_turns", int, f"{where} [agent]"),
+    )
+    return Task(
+        id=root.name,
+        instruction=instruction,
+        path=root,
+        environment=environment,
+        grader=grader,
+        solution_path=paths.solve_script if paths.solve_script.is_file() else None,
+        limits=limits,
+        metadata=meta,
+    )
+
+
+def _stage_tb1_tests(paths: TaskPaths) -> Path:
+    """tests/ plus run-tests.sh in one cached directory, so ``/tests`` holds both at grading time."""
+    digest = hashlib.sha256(paths.tb1_run_tests.read_bytes())
+    files = sorted(p for p in paths.tests_dir.rglob("*") if p.is_file()) if paths.tests_dir.is_dir() else []
+    for p in files:
+        digest.update(p.relative_to(paths.root).as_posix().encode() + p.read_bytes())
+    target = cache_root() / "tb1-tests" / digest.hexdigest()[:24]
+    if not target.is_dir():
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if paths.tests_dir.is_dir():
+            shutil.copytree(paths.tests_dir, tmp, ignore=shutil.ignore_patterns("__pycache__"))
+        tmp.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths.tb1_run_tests, tmp / "run-tests.sh")
+        tmp.rename(target)
+    return target
+
+
+def load_terminal_bench(root: Path) -> Task:
+    """A Terminal-Bench-1 task directory (task.yaml, Dockerfile, solution.sh, run-tests.sh, tests/) → ``Task``.
+
+    Raises:
+        TaskLoadError: missing or unparsable task.yaml, no instruction, wrong field types, no
+            run-tests.sh, or a Dockerfile that needs a container backend.
+    """
+    paths = TaskPaths(root)
+    where = str(paths.tb1_config)
+    try:
+        config = yaml.safe_load(paths.tb1_config.read_text())
+    except yaml.YAMLError as e:
+        raise TaskLoadError(f"{where}: not valid YAML ({e})") from None
+    _need(isinstance(config, dict), f"{where}: expected a mapping with an 'instruction' key")
+    instruction = _typed(config, "instruction", str, where)
+    _need(bool(instruction and instruction.strip()), f"{where}: 'instruction' is missing or empty")
+    _need(
+        paths.tb1_run_tests.is_file(),
+        f"{paths.tb1_run_tests}: missing; Terminal-Bench tasks grade with run-tests.sh",
+    )
+    environment, extra = _environment(paths.tb1_dockerfile, root, {}, where)
+    agent_timeout = _typed(config, "max_agent_timeout_sec", (int, float), where)
+    test_timeout = _typed(config, "max_test_timeout_sec", (int, float), where)
+    tags = _str_list(config.get("tags"), f"{where} tags")
+    meta: dict[str, Any] = {
+        k: config[k] for k in ("difficulty", "category", "author_email", "parser_name") if k in config
+    }
+    meta.update(extra, tags=tags, format="terminal-bench")
+    return Task(
+        id=root.name,
+        instruction=instruction.strip(),
+        path=root,
+        environment=environment,
+        grader=GraderSpec(
+            kind="tests", tests_dir=_stage_tb1_tests(paths), test_command="bash /tests/run-tests.sh"
+        ),
+        solution_path=paths.tb1_solution if paths.tb1_solution.is_file() else None,
+        limits=TaskLimits(
+            agent_timeout_sec=agent_timeout or TaskLimits().agent_timeout_sec,
+            verifier_timeout_sec=test_timeout or TaskLimits().verifier_timeout_sec,
+        ),
+        metadata=meta,
+    )
+
+
+def is_task_dir(path: Path) -> bool:
+    return (
+        (path / "task.toml").is_file()
+        or (path / "task.yaml").is_file()
+        or (path / "instruction.md").is_file()
+    )
+
+
+def load_task(path: str | Path) -> Task:
+    """One task directory, Harbor (task.toml) or Terminal-Bench 1 (task.yaml) → ``Task``.
+
+    Raises:
+        TaskLoadError: not a directory, neither format, or malformed (the message names file and field).
+    """
+    root = Path(path).resolve()
+    _need(root.is_dir(), f"{root}: not a directory; pass a task directory holding task.toml or task.yaml")
+    if (root / "task.yaml").is_file() and not (root / "task.toml").is_file():
+        return load_terminal_bench(root)
+    return load_harbor(root)
+
+
+def _expand(spec: str | Path) -> list[Path]:
+    text = str(spec)
+    if text.startswith("bundled:"):
+        split = text.removeprefix("bundled:")
+        _need(
+            split in SPLITS,
+            f"{text}: unknown bundled split; use one of {', '.join('bundled:' + s for s in SPLITS)}",
+        )
+        return sorted(p for p in (DATA_DIR / split).iterdir() if p.is_dir())
+    path = Path(text)
+    if is_task_dir(path):
+        return [path]
+    _need(path.is_dir(), f"{path}: no such directory")
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def load_tasks(paths: list[str | Path]) -> tuple[list[Task], list[str]]:
+    """Load every task under ``paths`` (task dirs, dirs of tasks, or 'bundled:SPLIT').
+
+    Returns:
+        (tasks, errors): one error string per bad task or path; the good ones load regardless.
+    """
+    tasks: list[Task] = []
+    errors: list[str] = []
+    for spec in paths:
+        try:
+            dirs = _expand(spec)
+        except TaskLoadError as e:
+            errors.append(str(e))
+            continue
+        split = str(spec).removeprefix("bundled:") if str(spec).startswith("bundled:") else None
+        for d in dirs:
+            try:
+                task = load_task(d)
+            except TaskLoadError as e:
+                errors.append(str(e))
+                continue
+            if split:
+                task.metadata["split"] = split
+            tasks.append(task)
+    return tasks, errors
+
+
+def bundled_tasks(split: str) -> list[Task]:
+    """The tasks shipped with FireFlash for ``split`` ('train' or 'heldout'), with ``metadata['split']`` set.
+
+    Raises:
+        TaskLoadError: unknown split, or a bundled task is malformed (a packaging bug).
+    """
+    tasks, errors = load_tasks([f"bundled:{split}"])
+    if errors:
+        raise TaskLoadError("bundled tasks are broken:\n" + "\n".join(errors))
+    return tasks
+
+
+def load_pool(paths: list[str], pool_manifest: str | Path | None = None) -> list[Task]:
+    """The training pool: every task under ``paths`` (``TasksConfig.paths``), restricted to the ids a
+    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set.
+
+    Raises:
+        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), or
+            no task is left after the manifest filter.
+    """
+    from fireflash.tasks.probe import load_pool_manifest
+
+    tasks, errors = load_tasks(list(paths))
+    if errors:
+        raise TaskLoadError(f"{len(errors)} task(s) failed to load:\n" + "\n".join(errors))
+    if pool_manifest is not None:
+        kept = load_pool_manifest(pool_manifest)
+        tasks = [t for t in tasks if t.id in kept]
+    if not tasks:
+        where = f" kept by {pool_manifest}" if pool_manifest else ""
+        raise TaskLoadError(f"no tasks{where} under {', '.join(map(str, paths))}; check tasks.paths")
+    return tasks

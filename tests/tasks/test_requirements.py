@@ -1,0 +1,81 @@
+"""Gate 2: every path, literal and command the tests check must be stated in the instruction."""
+
+import pytest
+
+from fireflash.tasks.loader import bundled_tasks
+from fireflash.tasks.requirements import referenced_requirements, unstated_requirements
+
+pytestmark = pytest.mark.unit
+
+TESTS = '''
+"""Docstring mentioning /secret/path.txt is not a requirement."""
+import subprocess
+from pathlib import Path
+
+
+def test_output():
+    assert Path("/app/out/result.txt").read_text() == "DONE"
+    assert Path("/tests/data/in.txt").exists()
+
+
+def test_count():
+    assert len(Path("/app/out/result.txt").read_text()) == 4217
+    assert subprocess.run(["mytool", "--check"]).returncode == 0
+    assert subprocess.run(["python3", "-V"]).returncode == 0
+    assert "x" in "xyz"
+'''
+
+
+def write(tmp_path, body, name="test_outputs.py"):
+    tests = tmp_path / "tests"
+    tests.mkdir(exist_ok=True)
+    (tests / name).write_text(body)
+    return tests
+
+
+def test_extracts_paths_literals_and_commands(tmp_path):
+    found = {(r.kind, r.value) for r in referenced_requirements(write(tmp_path, TESTS))}
+    assert found == {
+        ("path", "/app/out/result.txt"),
+        ("literal", "DONE"),
+        ("literal", "4217"),
+        ("command", "mytool"),
+        ("literal", "xyz"),
+    }
+
+
+def test_unstated_requirements_are_listed_with_location(tmp_path):
+    tests = write(tmp_path, TESTS)
+    instruction = "Run `mytool`, then write DONE to out/result.txt. The answer has 4217 bytes; xyz."
+    assert unstated_requirements(tests, instruction, "/app") == []
+    missing = unstated_requirements(tests, "Write DONE to a file.", "/app")
+    assert {(r.kind, r.value) for r in missing} == {
+        ("path", "/app/out/result.txt"),
+        ("literal", "4217"),
+        ("command", "mytool"),
+        ("literal", "xyz"),
+    }
+    assert all(r.where.startswith("tests/test_outputs.py:") for r in missing)
+
+
+def test_numbers_match_whole_numbers_only(tmp_path):
+    tests = write(tmp_path, "def test_n():\n    assert compute() == 42\n")
+    assert unstated_requirements(tests, "It is 42.", "/app") == []
+    assert len(unstated_requirements(tests, "It is 142 or 4.2 or 42.5.", "/app")) == 1
+
+
+def test_shell_tests_paths(tmp_path):
+    tests = write(
+        tmp_path, "#!/bin/bash\ngrep -q ok /app/report.md && echo 1 > /logs/verifier/reward.txt\n", "test.sh"
+    )
+    assert [(r.kind, r.value) for r in unstated_requirements(tests, "Write a report.", "/app")] == [
+        ("path", "/app/report.md")
+    ]
+
+
+def test_every_bundled_task_states_what_it_checks():
+    for split in ("train", "heldout"):
+        for task in bundled_tasks(split):
+            assert (
+                unstated_requirements(task.grader.tests_dir, task.instruction, task.environment.workdir) == []
+            ), task.id
