@@ -7,9 +7,14 @@ cd "$(dirname "$0")/.."
 
 need_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v bwrap >/dev/null 2>&1; then
-  echo "setup: installing Debian's bubblewrap (sandbox backend)"
-  need_root apt-get update -qq && need_root apt-get install -y -qq bubblewrap >/dev/null
+# Debian packages: bubblewrap (the sandbox backend) and the system python3's pytest (sandboxes share the
+# host's /usr, and tasks written for Harbor / Terminal-Bench run their checks with pytest).
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+/usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || missing+=(python3-pytest)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  need_root apt-get update -qq && need_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
