@@ -9,13 +9,45 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local", "sglang", "vllm", "scripted"] = Field(
-        "local", description="'local' (transformers, in process), 'sglang' / 'vllm' (HTTP servers), 'scripted' (tests)."
+        "local",
+        description="'local' (transformers, in process), 'sglang' / 'vllm' (HTTP servers), 'scripted' (tests).",
     )
     url: str | None = Field(None, description="Server base URL for sglang/vllm, e.g. http://127.0.0.1:30000.")
-    max_batch_size: int = Field(16, ge=1, description="Concurrent sequences decoded together by the local engine.")
-    prompt_lookup_tokens: int = Field(0, ge=0, description="Prompt-lookup speculative tokens per step; 0 disables.")
-    num_threads: int | None = Field(None, ge=1, description="torch threads for the local engine; None = half the cores.")
+    max_batch_size: int = Field(
+        16, ge=1, description="Concurrent sequences decoded together by the local engine."
+    )
+    prompt_lookup_tokens: int = Field(
+        0, ge=0, description="Prompt-lookup speculative tokens per step; 0 disables."
+    )
+    prompt_lookup_ngram_max: int = Field(
+        3, ge=1, description="Longest suffix n-gram matched for prompt-lookup drafts, tokens."
+    )
+    prefix_cache_tokens: int = Field(
+        32768,
+        ge=0,
+        description="Local engine: KV of finished sequences kept for reuse by later turns, tokens; 0 disables.",
+    )
+    rollout_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="Local engine: dtype of the rollout copy of the weights. Lower precision creates the "
+        "trainer/rollout mismatch TIS corrects; off by default (bf16 matmul is ~70x slower on AVX2 CPUs).",
+    )
+    num_threads: int | None = Field(
+        None, ge=1, description="torch threads for the local engine; None = half the cores."
+    )
     request_timeout_sec: float = Field(600.0, gt=0, description="Per-request timeout for HTTP engines.")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on connection errors and 5xx.")
+    retry_backoff_sec: float = Field(0.5, ge=0, description="First retry delay, seconds; doubles per retry.")
+    pause_mode: str = Field(
+        "abort",
+        description="HTTP engines: what pause() does to in-flight requests. SGLang: 'abort' | 'retract' | "
+        "'in_place'; vLLM: 'abort' | 'wait' | 'keep'. 'abort' returns them with finish_reason 'abort' and "
+        "the tokens sampled so far, all on the old weight version.",
+    )
+    served_model_name: str | None = Field(
+        None, description="vLLM: the `model` field of completion requests; None asks /v1/models."
+    )
     seed: int = Field(0, description="Sampling seed (local engine is deterministic given it).")
-    args: dict[str, Any] = Field(default_factory=dict, description="Engine's own server flags, passed through verbatim.")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="Engine's own server flags, passed through verbatim."
+    )

@@ -1,0 +1,181 @@
+"""JSON over HTTP for the SGLang and vLLM clients: retries, backoff, timeouts and readable errors.
+
+Connection errors and 5xx answers are retried with exponential backoff (``backoff_sec``, doubling);
+a 4xx answer is the caller's mistake and raises at once, naming the request field the server blamed
+(FastAPI's ``detail[].loc`` or OpenAI's ``error.param``); a request that runs past ``timeout_sec`` raises
+``EngineTimeout`` without a retry (the server may still be generating; a retry would double the load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+
+class EngineHTTPError(RuntimeError):
+    """The engine server failed (5xx after all retries, or unreachable)."""
+
+
+class EngineRequestError(ValueError):
+    """The engine server rejected a request (4xx); the message names the field it blamed."""
+
+
+class EngineTimeout(TimeoutError):
+    """A request exceeded its per-request timeout."""
+
+
+def _blamed_field(body: Any) -> str:
+    """The request field a 4xx body points at, or ''."""
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if isinstance(detail, list) and detail and isinstance(detail[0], dict) and "loc" in detail[0]:
+            return ".".join(str(p) for p in detail[0]["loc"] if p != "body")
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("param"):
+            return str(error["param"])
+    return ""
+
+
+class JSONClient:
+    """A small async JSON client bound to one server.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:30000``.
+        timeout_sec: per-request timeout, seconds.
+        max_retries: retries after the first attempt on connection errors and 5xx.
+        backoff_sec: delay before the first retry, seconds; doubles each retry.
+        transport: an httpx transport (tests pass ``httpx.MockTransport``); None uses the network.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout_sec: float = 600.0,
+        max_retries: int = 3,
+        backoff_sec: float = 0.5,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_sec = timeout_sec
+        self.max_retries = max_retries
+        self.backoff_sec = backoff_sec
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # created lazily inside the running loop; an AsyncClient must not cross event loops
+        if self._client is None:
+            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, transport=self._transport, limits=limits, timeout=None
+            )
+        return self._client
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Send one request; return the decoded JSON body (None when empty).
+
+        Raises:
+            EngineRequestError: 4xx (not retried).
+            EngineHTTPError: 5xx or connection failure after ``max_retries`` retries.
+            EngineTimeout: no complete answer within ``timeout_sec``.
+        """
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_sec * 2 ** (attempt - 1))
+            try:
+                response = await self._http().request(
+                    method, path, json=body, params=params, timeout=httpx.Timeout(self.timeout_sec)
+                )
+            except httpx.TimeoutException as e:
+                raise EngineTimeout(
+                    f"{method} {self.base_url}{path}: no answer within {self.timeout_sec} s ({type(e).__name__})"
+                ) from e
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if response.status_code >= 500:
+                last = f"HTTP {response.status_code}: {response.text[:300]}"
+                continue
+            if response.status_code >= 400:
+                try:
+                    payload = response.json()
+                except json.JSONDecodeError:
+                    payload = response.text
+                blamed = _blamed_field(payload)
+                where = f" field {blamed!r}" if blamed else ""
+                raise EngineRequestError(
+                    f"{method} {self.base_url}{path} rejected{where} (HTTP {response.status_code}): {str(payload)[:400]}"
+                )
+            return response.json() if response.content else None
+        raise EngineHTTPError(
+            f"{method} {self.base_url}{path} failed after {self.max_retries + 1} attempts; last error: {last}"
+        )
+
+    async def post(
+        self, path: str, body: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None
+    ) -> Any:
+        return await self.request("POST", path, body, params)
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def flags_from_args(args: Mapping[str, Any]) -> list[str]:
+    """Server flags from a config dict, verbatim (STYLE.md 6): ``{"speculative_algorithm": "EAGLE"}`` →
+    ``["--speculative-algorithm", "EAGLE"]``; True → bare flag; False/None → omitted; a list repeats values;
+    a dict becomes JSON (vLLM's ``--weight-transfer-config``)."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-") if not key.startswith("--") else key
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def wait_until_healthy(
+    url: str, process: subprocess.Popen | None, timeout_sec: float, path: str = "/health"
+) -> None:
+    """Poll ``url + path`` until HTTP 200.
+
+    Raises:
+        EngineHTTPError: the process exited, or no 200 within ``timeout_sec``.
+    """
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise EngineHTTPError(
+                f"server process exited with code {process.returncode} before {url} became healthy"
+            )
+        try:
+            if httpx.get(url.rstrip("/") + path, timeout=5.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1.0)
+    raise EngineHTTPError(f"{url}{path} not healthy within {timeout_sec} s")
