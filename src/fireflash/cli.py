@@ -2,6 +2,9 @@
 
     fireflash train -c C [a.b=v...]          the main job: asynchronous GRPO (--resume, --sync, --dry-run)
     fireflash tasks validate|fuzz PATH...    the nine validation gates (RECIPE.md §3)
+    fireflash tasks probe TASKS -c C         difficulty probing → pool manifest (RECIPE.md §2)
+    fireflash eval TASKS --model M           Pass@1 over 5 trials, pass@k, cost per trial (RECIPE.md §6)
+    fireflash report RUN_DIR | pareto ...    plots of a training run; the cost/Pass@1 frontier
     fireflash agent run TASK_DIR | replay T  one attempt through the harness; print a saved trajectory
     fireflash doctor                         is this host ready? (each failure names its fix)
     fireflash config show [-c C] [a.b=v...]  the resolved config tree as TOML
@@ -18,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
+from fireflash.evaluation.commands import eval_command, probe_command, report_app
 from fireflash.harness.commands import app as agent_app
 from fireflash.tasks.commands import app as tasks_app
 
@@ -29,6 +33,9 @@ app.add_typer(config_app, name="config")
 app.add_typer(model_app, name="model")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(agent_app, name="agent")
+app.add_typer(report_app, name="report")
+app.command("eval")(eval_command)
+tasks_app.command("probe")(probe_command)
 console = Console()
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")

@@ -1,0 +1,1 @@
+"""evaluation stage of the FireFlash pipeline (see README.md in this folder)."""

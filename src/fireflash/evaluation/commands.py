@@ -1,0 +1,269 @@
+"""CLI commands of curation and evaluation; the top-level CLI mounts them (``fireflash.cli``).
+
+    fireflash eval [TASKS...] --model M [-c C] [a.b=v...]        Pass@k, tokens, cost (default TASKS: bundled:heldout)
+    fireflash report RUN_DIR                                      plots + summary of a training run
+    fireflash report pareto RESULTS... --points CSV               cost / Pass@1 frontier (PNG + table)
+    fireflash tasks probe [TASKS...] [-c C] [--out M] [a.b=v...]  difficulty probe → pool manifest
+
+Mount with ``app.command("eval")(eval_command)``, ``app.add_typer(report_app, name="report")`` and
+``tasks_app.command("probe")(probe_command)``; ``app`` below holds eval and report for tests.
+Positional words containing '=' (``runtime.max_inflight_attempts=4``) are config overrides, the others
+task paths (directories, dirs of tasks, ``bundled:SPLIT``). Eval and probe run as training does: the
+same harness, engine and sandbox sections, ``runtime.max_inflight_attempts`` attempts at a time and
+``runtime.max_attempt_retries`` retries of infrastructure failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from fireflash.config import FireFlashConfig
+from fireflash.protocols import Task
+
+console = Console()
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)+=")
+
+
+def split_args(words: list[str] | None) -> tuple[list[str], list[str]]:
+    """Positional words → (task paths, ``a.b=value`` overrides)."""
+    words = words or []
+    return [w for w in words if not _OVERRIDE.match(w)], [w for w in words if _OVERRIDE.match(w)]
+
+
+def _config(config: Path | None, overrides: list[str]) -> FireFlashConfig:
+    from fireflash.cli import resolve_config  # lazy: fireflash.cli imports this module
+
+    return resolve_config(config, overrides)
+
+
+def _load_tasks(specs: list[str]) -> list[Task]:
+    from fireflash.tasks.loader import load_tasks
+
+    tasks, errors = load_tasks(specs)
+    for e in errors:
+        console.print(f"[yellow]skipped[/] {e}")
+    if not tasks:
+        console.print(f"[red]no tasks loaded from {', '.join(specs)}[/]")
+        raise typer.Exit(2)
+    return tasks
+
+
+@dataclass
+class Stack:
+    """The training stages an eval or probe runs through, built from the config tree."""
+
+    backend: Any
+    engine: Any
+    tokenizer: Any
+    grader_for: Callable[[Task], Any]
+    model: str
+
+
+@asynccontextmanager
+async def build_stack(cfg: FireFlashConfig, model: str) -> AsyncIterator[Stack]:
+    """Sandbox backend, tokenizer, engine and graders exactly as ``fireflash train`` builds them; closed on exit."""
+    from fireflash.engines import make_engine
+    from fireflash.grading.graders import make_grader
+    from fireflash.models import load_tokenizer, resolve_model_dir
+    from fireflash.sandbox import make_backend
+
+    model_dir = resolve_model_dir(model, cfg.model.cache_dir)
+    tokenizer = load_tokenizer(str(model_dir), cfg.model.cache_dir)
+    engine = make_engine(cfg.engine, str(model_dir), tokenizer=tokenizer, cache_dir=cfg.model.cache_dir)
+    backend = make_backend(cfg.sandbox)
+    graders: dict[str, Any] = {}
+    try:
+        yield Stack(backend, engine, tokenizer, lambda t: graders.setdefault(t.id, make_grader(t.grader)), model)
+    finally:
+        await backend.close()
+        close = getattr(engine, "close", None)
+        if close is not None:
+            await close()
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")
+ArgsArg = typer.Argument(None, help="Task paths (dirs or bundled:SPLIT) and KEY.PATH=VALUE overrides.", show_default=False)
+ModelOpt = typer.Option(None, "--model", "-m", help="Embedded name or HF directory (default: model.name_or_path).")
+EvalOutOpt = typer.Option(None, "--out", "-o", help="Results directory (default: evaluation.results_dir).")
+ManifestOutOpt = typer.Option(
+    None, "--out", "-o", help="Pool manifest JSON (default: tasks.pool_manifest or RUN_DIR/pool_manifest.json)."
+)
+RunDirArg = typer.Argument(..., help="Run directory holding metrics.jsonl.")
+ReportOutOpt = typer.Option(None, "--out", "-o", help="Report directory (default RUN_DIR/report).")
+ResultsArg = typer.Argument(None, help="`fireflash eval` results.json files or their directories.")
+PointsOpt = typer.Option(None, "--points", "-p", help="CSV of other systems: name,setting,cost_per_trial_usd,pass_at_1_pct.")
+ParetoOutOpt = typer.Option(Path("runs/pareto"), "--out", "-o", help="Directory for pareto.png and pareto.md.")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _run_or_exit(main: Callable[[], Any]) -> Any:
+    """Run ``main`` under asyncio; a missing model or unusable sandbox exits 2 with its fix, not a traceback."""
+    from fireflash.models import ModelNotFound
+    from fireflash.sandbox.errors import SandboxUnavailable
+
+    try:
+        return asyncio.run(main())
+    except (ModelNotFound, SandboxUnavailable) as e:
+        console.print(f"[red]{type(e).__name__}: {e}[/]")
+        raise typer.Exit(2) from None
+
+
+def eval_command(
+    args: list[str] | None = ArgsArg,
+    model: str | None = ModelOpt,
+    config: Path | None = ConfigOpt,
+    out: Path | None = EvalOutOpt,
+) -> None:
+    """Evaluate a model: Pass@1 over N trials per task, pass@k, tokens, cost, failures (RECIPE.md §6)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fireflash.evaluation.cost import PriceUnavailable, resolve_prices
+    from fireflash.evaluation.runner import evaluate
+
+    specs, overrides = split_args(args)
+    cfg = _config(config, overrides)
+    tasks = _load_tasks(specs or ["bundled:heldout"])
+    model_name = model or cfg.model.name_or_path
+    ev = cfg.evaluation
+    try:
+        prices = resolve_prices(ev.prices, model_name)
+    except PriceUnavailable as e:
+        console.print(f"[yellow]cost not computed[/]: {e}")
+        prices = None
+    out_dir = out or Path(ev.results_dir)
+
+    async def run() -> Any:
+        async with build_stack(cfg, model_name) as stack:
+            with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[solved]} solved"),
+                          TimeElapsedColumn(), console=console) as progress:
+                bar = progress.add_task("eval", total=len(tasks) * ev.trials_per_task, solved=0)
+                solved = [0]
+
+                def tick(trial: Any) -> None:
+                    solved[0] += trial.solved
+                    progress.update(bar, advance=1, solved=solved[0])
+
+                return await evaluate(
+                    tasks, backend=stack.backend, engine=stack.engine, tokenizer=stack.tokenizer, harness=cfg.harness,
+                    grader_for=stack.grader_for, trials_per_task=ev.trials_per_task, ks=ev.pass_at_k, prices=prices,
+                    max_concurrent=cfg.runtime.max_inflight_attempts, max_retries=cfg.runtime.max_attempt_retries,
+                    out_dir=out_dir, model=model_name, setting=ev.setting, engine_settings=cfg.engine.model_dump(mode="json"),
+                    on_trial=tick,
+                )
+
+    results = _run_or_exit(run)
+    table = Table(title=f"eval {model_name}: {len(tasks)} tasks × {ev.trials_per_task} trials")
+    for col in ["", "tasks", "lost"] + [f"pass@{k}" for k in ev.pass_at_k] + ["reward", "out tok", "$/trial", "$/solve"]:
+        table.add_column(col, justify="right")
+    for name, a in [("all", results.overall)] + [(c.category, c) for c in results.categories]:
+        table.add_row(name, str(a.n_tasks), str(a.n_lost), *[_fmt(a.pass_at_k[str(k)], ".1%") for k in ev.pass_at_k],
+                      _fmt(a.mean_reward, ".3f"), _fmt(a.mean_n_output_tokens, ".0f"), _fmt(a.cost_per_trial_usd, ".4f"),
+                      _fmt(a.cost_per_solve_usd, ".4f"))
+    console.print(table)
+    console.print(f"results: {out_dir / 'results.json'}, tables: {out_dir / 'results.md'}, trajectories: {out_dir / 'trajectories'}")
+
+
+def probe_command(
+    args: list[str] | None = ArgsArg,
+    config: Path | None = ConfigOpt,
+    out: Path | None = ManifestOutOpt,
+) -> None:
+    """Probe tasks with the base policy under training conditions; keep those it is unsure about (RECIPE.md §2)."""
+    from fireflash.tasks.probe import probe_tasks
+
+    specs, overrides = split_args(args)
+    cfg = _config(config, overrides)
+    tasks = _load_tasks(specs or list(cfg.tasks.paths))
+    manifest_path = out or Path(cfg.tasks.pool_manifest or Path(cfg.tracking.run_dir) / "pool_manifest.json")
+    p = cfg.tasks.probe
+
+    async def run() -> Any:
+        async with build_stack(cfg, cfg.model.name_or_path) as stack:
+            return await probe_tasks(
+                tasks, backend=stack.backend, engine=stack.engine, tokenizer=stack.tokenizer, harness=cfg.harness,
+                grader_for=stack.grader_for, attempts_per_task=p.attempts_per_task, keep_min_pass_rate=p.keep_min_pass_rate,
+                keep_max_pass_rate=p.keep_max_pass_rate, group_size=cfg.runtime.group_size,
+                max_concurrent=cfg.runtime.max_inflight_attempts, max_retries=cfg.runtime.max_attempt_retries,
+                manifest_path=manifest_path, model=cfg.model.name_or_path,
+            )
+
+    try:
+        manifest, unprobed = _run_or_exit(run)
+    except ValueError as e:  # a manifest probed under other conditions: say so without a traceback
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2) from None
+    kept = sorted(manifest.kept_ids)
+    console.print(
+        f"probed {len(manifest.tasks)} tasks, kept {len(kept)} with pass rate in "
+        f"[{manifest.keep_min_pass_rate:.0%}, {manifest.keep_max_pass_rate:.0%}]; expected zero-signal groups "
+        f"(G={manifest.group_size}): {_fmt(manifest.expected_zero_signal_before, '.1%')} before → "
+        f"{_fmt(manifest.expected_zero_signal_after, '.1%')} after filtering"
+    )
+    if unprobed:
+        console.print(f"[yellow]{len(unprobed)} task(s) lost attempts to infrastructure[/] and will be probed on rerun: {', '.join(unprobed)}")
+    console.print(f"pool manifest: {manifest_path}  (train on it with tasks.pool_manifest={manifest_path})")
+
+
+class _ReportGroup(TyperGroup):
+    """``fireflash report RUN_DIR`` runs the default ``run`` subcommand; ``report pareto ...`` the frontier."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+report_app = typer.Typer(cls=_ReportGroup, no_args_is_help=True, help="Reports: a training run's plots, or the Pareto frontier.")
+
+
+@report_app.command("run")
+def report_run(
+    run_dir: Path = RunDirArg,
+    out: Path | None = ReportOutOpt,
+) -> None:
+    """Plot a training run's metrics (reward, pass rate, entropy, TIS, drift, staleness, idle, tokens)."""
+    from fireflash.evaluation.report import write_report
+
+    try:
+        report_dir = write_report(run_dir, out)
+    except FileNotFoundError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2) from None
+    console.print(f"report: {report_dir / 'report.md'} (plots: {report_dir}/*.png)")
+
+
+@report_app.command("pareto")
+def report_pareto(
+    results: list[Path] | None = ResultsArg,
+    points: Path | None = PointsOpt,
+    out: Path = ParetoOutOpt,
+) -> None:
+    """Mark the cost / Pass@1 Pareto frontier (log-cost axis) of our runs and other systems (RECIPE.md §6)."""
+    from fireflash.evaluation.pareto import pareto_table, write_pareto
+
+    try:
+        png, md, pts = write_pareto(results or [], points, out)
+    except (ValueError, FileNotFoundError) as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2) from None
+    console.print(pareto_table(pts))
+    console.print(f"plot: {png}, table: {md}")
+
+
+app = typer.Typer(help="Curation and evaluation.", no_args_is_help=True, add_completion=False)
+app.command("eval")(eval_command)
+app.add_typer(report_app, name="report")

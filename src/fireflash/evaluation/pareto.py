@@ -1,0 +1,208 @@
+"""The cost / Pass@1 Pareto frontier across systems and settings (RECIPE.md §6).
+
+    fireflash report pareto runs/eval/results.json --points examples/pareto_reference.csv --out runs/pareto
+
+A point is on the frontier when no other point is at most as expensive and at least as accurate, and
+strictly better in one of the two. Cost per trial is plotted on a log axis (systems differ by orders of
+magnitude). Other systems' points come from a CSV with the header
+
+    name,setting,cost_per_trial_usd,pass_at_1_pct
+
+(Pass@1 in percent, as reports publish it). An empty cost or Pass@1 means "not published": the point
+is listed in the table but neither plotted nor considered for the frontier.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fireflash.evaluation.results import EvalResults
+
+CSV_COLUMNS = ("name", "setting", "cost_per_trial_usd", "pass_at_1_pct")
+
+
+class ParetoPoint(BaseModel):
+    """One system at one setting: cost per trial (USD) and Pass@1 (fraction)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    setting: str = ""
+    cost_per_trial_usd: float | None = Field(None, description="USD per trial; None if not published.")
+    pass_at_1: float | None = Field(None, ge=0.0, le=1.0, description="Fraction in [0, 1]; None if not published.")
+    ours: bool = Field(False, description="Measured by `fireflash eval` (highlighted on the plot).")
+
+    @property
+    def plottable(self) -> bool:
+        return self.pass_at_1 is not None and self.cost_per_trial_usd is not None and self.cost_per_trial_usd > 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.setting})" if self.setting else self.name
+
+
+def _number(text: str, where: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text.removeprefix("$").removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"{where} = {text!r}: expected a number or an empty cell (not published)") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where} = {text!r}: must be a finite number >= 0")
+    return value
+
+
+def read_points_csv(path: str | Path) -> list[ParetoPoint]:
+    """Points of other systems from a CSV with columns ``name,setting,cost_per_trial_usd,pass_at_1_pct``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a missing column, empty name, or a cell that is not a number / outside [0, 100] %;
+            the message names the file, line and column.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: points CSV not found (see examples/pareto_reference.csv for the format)")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}; the header must be {','.join(CSV_COLUMNS)}")
+        points = []
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}:{line}"
+            name = (row["name"] or "").strip()
+            if not name:
+                raise ValueError(f"{where}: empty name")
+            pct = _number(row["pass_at_1_pct"] or "", f"{where} pass_at_1_pct")
+            if pct is not None and pct > 100:
+                raise ValueError(f"{where} pass_at_1_pct = {pct}: a percentage in [0, 100] (46.2 means 46.2%)")
+            points.append(ParetoPoint(
+                name=name, setting=(row["setting"] or "").strip(),
+                cost_per_trial_usd=_number(row["cost_per_trial_usd"] or "", f"{where} cost_per_trial_usd"),
+                pass_at_1=None if pct is None else pct / 100,
+            ))
+    return points
+
+
+def point_from_results(results: EvalResults, source: str) -> ParetoPoint:
+    """Our eval run as a point.
+
+    Raises:
+        ValueError: the run has no cost (no prices were resolved) or no Pass@1; the message says how to fix it.
+    """
+    cost, p1 = results.overall.cost_per_trial_usd, results.overall.pass_at_k.get("1")
+    if cost is None:
+        raise ValueError(f"{source}: no cost per trial; rerun `fireflash eval` with evaluation.prices.* or a reference_model")
+    if p1 is None:
+        raise ValueError(f"{source}: no Pass@1 (every trial lost, or 1 not in evaluation.pass_at_k)")
+    return ParetoPoint(name=results.model, setting=results.setting, cost_per_trial_usd=cost, pass_at_1=p1, ours=True)
+
+
+def pareto_frontier(points: Sequence[ParetoPoint]) -> list[int]:
+    """Indices of the plottable points no other point dominates, ordered by ascending cost.
+
+    q dominates p when cost_q <= cost_p and pass_q >= pass_p with one strict. Identical points are all kept.
+    """
+    live = [i for i, p in enumerate(points) if p.plottable]
+    front = []
+    for i in live:
+        p = points[i]
+        dominated = any(
+            points[j].cost_per_trial_usd <= p.cost_per_trial_usd and points[j].pass_at_1 >= p.pass_at_1
+            and (points[j].cost_per_trial_usd < p.cost_per_trial_usd or points[j].pass_at_1 > p.pass_at_1)
+            for j in live if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: (points[i].cost_per_trial_usd, -points[i].pass_at_1))
+
+
+def pareto_table(points: Sequence[ParetoPoint]) -> str:
+    """Markdown table of every point, cheapest first; unpublished values shown as '–'."""
+    front = set(pareto_frontier(points))
+    order = sorted(range(len(points)), key=lambda i: (points[i].cost_per_trial_usd is None, points[i].cost_per_trial_usd or 0.0))
+    lines = ["| system | setting | $ / trial | Pass@1 | Pareto frontier |", "|---|---|---|---|---|"]
+    for i in order:
+        p = points[i]
+        cost = "–" if p.cost_per_trial_usd is None else f"{p.cost_per_trial_usd:.4g}"
+        acc = "–" if p.pass_at_1 is None else f"{p.pass_at_1:.1%}"
+        mark = "yes" if i in front else ("not plotted" if not p.plottable else "")
+        lines.append(f"| {p.name}{' (ours)' if p.ours else ''} | {p.setting} | {cost} | {acc} | {mark} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_pareto(points: Sequence[ParetoPoint], path: Path, title: str = "Cost per trial vs Pass@1") -> Path:
+    """PNG of the plottable points (log-cost x axis), ours highlighted, the frontier as a step line.
+
+    Raises:
+        ValueError: no point has both a positive cost and a Pass@1.
+    """
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [p for p in points if p.plottable]
+    if not shown:
+        raise ValueError("no point has both a cost per trial > 0 and a Pass@1; nothing to plot")
+    front = [points[i] for i in pareto_frontier(points)]
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    for p in shown:
+        on_front = any(p is f for f in front)
+        ax.scatter(p.cost_per_trial_usd, 100 * p.pass_at_1, s=90 if p.ours else 50, zorder=3,
+                   marker="*" if p.ours else "o", color="tab:red" if p.ours else ("tab:blue" if on_front else "tab:gray"),
+                   edgecolor="black", linewidth=0.5)
+        ax.annotate(f"{p.label}\n{p.pass_at_1:.1%} @ ${p.cost_per_trial_usd:.3g}", (p.cost_per_trial_usd, 100 * p.pass_at_1),
+                    textcoords="offset points", xytext=(7, 5), fontsize=8)
+    xs = [f.cost_per_trial_usd for f in front]
+    ys = [100 * f.pass_at_1 for f in front]
+    lo, hi = min(p.cost_per_trial_usd for p in shown), max(p.cost_per_trial_usd for p in shown)
+    # staircase: the best Pass@1 reachable at each cost, extended to the right edge of the plot
+    ax.step(xs + [hi * 3], ys + [ys[-1]], where="post", color="tab:blue", linestyle="--", linewidth=1.2, label="Pareto frontier")
+    ax.set_xscale("log")
+    ax.set_xlim(lo / 2, hi * 3)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"${v:g}"))
+    hidden = [p for p in points if not p.plottable]
+    if hidden:
+        fig.text(0.01, 0.01, "not plotted (value not published): " + "; ".join(
+            f"{p.label} " + (f"${p.cost_per_trial_usd:g}" if p.cost_per_trial_usd is not None else f"{p.pass_at_1:.1%}")
+            for p in hidden), fontsize=7, color="dimgray")
+    ax.set_ylim(max(-2.0, min(ys + [100 * p.pass_at_1 for p in shown]) - 10), min(100.0, max(100 * p.pass_at_1 for p in shown) + 10))
+    ax.set_xlabel("cost per trial (USD, log scale)")
+    ax.set_ylabel("Pass@1 (%)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout(rect=(0, 0.03 if hidden else 0, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_pareto(results_paths: Sequence[Path], points_csv: Path | None, out_dir: Path) -> tuple[Path, Path, list[ParetoPoint]]:
+    """Read our results (results.json files or eval directories) and the CSV points; write ``pareto.png``
+    and ``pareto.md`` into ``out_dir``.
+
+    Raises:
+        ValueError / FileNotFoundError: as ``EvalResults.load``, ``read_points_csv``, ``point_from_results``.
+    """
+    files = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in results_paths]
+    points = [point_from_results(EvalResults.load(p), str(p)) for p in files]
+    if points_csv is not None:
+        points += read_points_csv(points_csv)
+    if not points:
+        raise ValueError("no points: pass eval results.json files and/or --points CSV")
+    png = plot_pareto(points, Path(out_dir) / "pareto.png")
+    md = Path(out_dir) / "pareto.md"
+    md.write_text("# Cost / Pass@1 Pareto frontier\n\n![pareto](pareto.png)\n\n" + pareto_table(points))
+    return png, md, points

@@ -1,0 +1,105 @@
+"""Run N scored attempts per task with bounded concurrency: the shared loop of probing and evaluation.
+
+Every attempt goes through ``fireflash.runtime.attempts.scored_attempt`` — the unit of work of training —
+so probe and eval use the training harness, engine settings and sandbox (RECIPE.md §2, §6: one code
+path). Each task's parent sandbox is prepared once, shared by its attempts, and closed as soon as the
+task's last attempt ends, so a long task list never holds every parent at once. Attempts are admitted
+task by task in list order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fireflash.harness.config import HarnessConfig
+from fireflash.protocols import Engine, Grader, Sandbox, SandboxBackend, Task
+from fireflash.runtime.attempts import AttemptOutcome, scored_attempt
+
+OnOutcome = Callable[[Task, int, AttemptOutcome], None]
+
+
+class _Parents:
+    """Prepare each task's parent once (shared by concurrent first attempts); close it when released."""
+
+    def __init__(self, backend: SandboxBackend, remaining: dict[str, int]) -> None:
+        self.backend = backend
+        self.remaining = dict(remaining)
+        self.futures: dict[str, asyncio.Future[Sandbox]] = {}
+
+    async def get(self, task: Task) -> Sandbox:
+        if task.id not in self.futures:
+            self.futures[task.id] = asyncio.ensure_future(self.backend.prepare(task.environment, task.id))
+        try:
+            return await asyncio.shield(self.futures[task.id])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.futures.pop(task.id, None)  # a failed prepare is rebuilt by the next try
+            raise
+
+    async def release(self, task: Task) -> None:
+        self.remaining[task.id] -= 1
+        future = self.futures.get(task.id)
+        if self.remaining[task.id] == 0 and future is not None:
+            del self.futures[task.id]
+            if future.done() and not future.cancelled() and future.exception() is None:
+                await future.result().close()
+
+
+async def run_trials(
+    tasks: Sequence[Task],
+    trials_per_task: int,
+    *,
+    backend: SandboxBackend,
+    engine: Engine,
+    tokenizer: Any,
+    harness: HarnessConfig,
+    grader_for: Callable[[Task], Grader],
+    max_concurrent: int,
+    max_retries: int,
+    attempt_prefix: str,
+    on_outcome: OnOutcome | None = None,
+) -> dict[str, list[AttemptOutcome]]:
+    """``trials_per_task`` scored attempts of every task, at most ``max_concurrent`` at a time.
+
+    Args:
+        tasks: tasks with unique ids.
+        attempt_prefix: start of every attempt id (``<prefix>/<task id>/t<index>``), e.g. 'eval' or 'probe'.
+        on_outcome: called with (task, trial index, outcome) as each attempt finishes (progress, saving).
+
+    Returns:
+        task id → its outcomes ordered by trial index; lost attempts are included (``outcome.lost``).
+
+    Raises:
+        ValueError: duplicate task ids, ``trials_per_task < 1`` or ``max_concurrent < 1``.
+    """
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"task ids must be unique; duplicated: {dup} (check the task paths for the same task twice)")
+    if trials_per_task < 1 or max_concurrent < 1:
+        raise ValueError(f"trials_per_task ({trials_per_task}) and max_concurrent ({max_concurrent}) must be >= 1")
+    parents = _Parents(backend, {t.id: trials_per_task for t in tasks})
+    gate = asyncio.Semaphore(max_concurrent)
+    results: dict[str, list[AttemptOutcome | None]] = {t.id: [None] * trials_per_task for t in tasks}
+
+    async def one(task: Task, index: int) -> None:
+        async with gate:
+            try:
+                outcome = await scored_attempt(
+                    task, lambda: parents.get(task), engine, tokenizer, harness, grader_for(task),
+                    f"{attempt_prefix}/{task.id}/t{index}", max_retries,
+                )
+            finally:
+                await parents.release(task)
+        results[task.id][index] = outcome
+        if on_outcome is not None:
+            on_outcome(task, index, outcome)
+
+    async with asyncio.TaskGroup() as group:
+        for task in tasks:
+            for index in range(trials_per_task):
+                group.create_task(one(task, index))
+    return {tid: [o for o in outs if o is not None] for tid, outs in results.items()}
