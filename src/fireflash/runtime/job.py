@@ -22,19 +22,32 @@ from fireflash.config import FireFlashConfig, dump_config
 console = Console()
 
 
-def _status_table(history: list[dict[str, float]], steps: int) -> Table:
-    table = Table(title=f"fireflash train — step {len(history)}/{steps}", show_edge=False)
-    for col in ("step", "version", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "lost", "trainer idle", "engine idle", "step s"):
-        table.add_column(col, justify="right")
-    for i, m in enumerate(history[-8:], start=max(len(history) - 8, 0) + 1):
-        table.add_row(
-            str(i), f"{m['weight_version']:.0f}", f"{m['rollout/reward_mean']:.3f}", f"{m['rollout/pass_rate']:.2f}",
-            f"{m['rollout/sampled_tokens_mean']:.0f}", f"{m.get('entropy/mean', 0.0):.3f}",
-            f"{m.get('stale/dropped_share', 0.0):.2f}", f"{m['groups/zero_signal_share']:.2f}",
-            f"{m['groups/lost_to_infrastructure']:.0f}", f"{m['trainer/idle_share']:.0%}", f"{m['engine/idle_share']:.0%}",
-            f"{m['step_sec']:.1f}",
+class _Status:
+    """Live view of a run: recent steps plus rollout counters (rendered by rich on every refresh)."""
+
+    def __init__(self, runtime: Any, steps: int) -> None:
+        self.runtime, self.steps = runtime, steps
+
+    def __rich__(self) -> Table:
+        rt, history = self.runtime, self.runtime.history
+        t = rt.total
+        table = Table(
+            title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
+            caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
+            f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
+            f"{t.groups_lost} lost, {len(rt.ready)} queued",
+            show_edge=False,
         )
-    return table
+        for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
+            table.add_column(col, justify="right")
+        for m in history[-8:]:
+            table.add_row(
+                f"{m['weight_version']:.0f}", f"{m['rollout/reward_mean']:.3f}", f"{m['rollout/pass_rate']:.2f}",
+                f"{m['rollout/sampled_tokens_mean']:.0f}", f"{m.get('entropy/mean', 0.0):.3f}",
+                f"{m.get('stale/dropped_share', 0.0):.2f}", f"{m['groups/zero_signal_share']:.2f}",
+                f"{m['trainer/idle_share']:.0%}", f"{m['engine/idle_share']:.0%}", f"{m['step_sec']:.1f}",
+            )
+        return table
 
 
 def threads_per_role(configured: int | None) -> int:
@@ -88,8 +101,7 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     )
     start = time.perf_counter()
     try:
-        with Live(_status_table([], cfg.runtime.steps), console=console, refresh_per_second=2) as live:
-            runtime.on_step = lambda _m: live.update(_status_table(runtime.history, cfg.runtime.steps))
+        with Live(_Status(runtime, cfg.runtime.steps), console=console, refresh_per_second=1):
             await runtime.run()
     finally:
         writer.close()
@@ -100,6 +112,17 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     if runtime.stopped_at_wall_limit:
         console.print(f"[yellow]stopped at runtime.max_wall_sec={cfg.runtime.max_wall_sec}[/]: resume with --resume")
     console.print(f"done: {trainer.step} steps, weight version {trainer.weight_version}, {time.perf_counter() - start:.0f} s")
+    if runtime.history:
+        from fireflash.evaluation.report import write_report
+
+        console.print(f"report: {write_report(run_dir)}/report.md (plots beside it)")
+    else:
+        t = runtime.total
+        console.print(
+            f"[yellow]no optimizer step[/]: {t.groups_done} groups finished, {t.groups_zero_signal} had zero signal "
+            f"(every attempt scored the same), {t.groups_lost} were lost; a policy that never solves a task gives "
+            f"GRPO nothing to learn from — probe the pool (fireflash tasks probe) or warm the policy up first"
+        )
     return run_dir
 
 

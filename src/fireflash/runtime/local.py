@@ -157,7 +157,8 @@ class LocalRuntime:
         self.writer, self.save_trajectories, self.on_step = writer, save_trajectories, on_step
         self.ready: list[tuple[int, Group]] = []  # complete groups waiting for the trainer, oldest first
         self._ready_changed = asyncio.Event()
-        self.stats = RolloutStats()
+        self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
+        self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
         self.entropy_history: list[float] = []
         self.history: list[dict[str, float]] = []
@@ -191,7 +192,8 @@ class LocalRuntime:
                 outcome = await self._attempt(slot)
             finally:
                 self.running_attempts -= 1
-            self.stats.add(outcome)
+            for stats in (self.stats, self.total):
+                stats.add(outcome)
             if self.save_trajectories and outcome.trajectory is not None:
                 await asyncio.to_thread(
                     outcome.trajectory.save, self.run_dir / "trajectories" / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
@@ -199,9 +201,10 @@ class LocalRuntime:
             complete = self.scheduler.record(slot, outcome)
             if complete is not None:
                 verdict = finish_group(slot.task.id, complete, self.objective, self.discard_zero_signal)
-                self.stats.groups_done += 1
-                self.stats.groups_zero_signal += verdict.kind == "zero_signal"
-                self.stats.groups_lost += verdict.kind == "lost"
+                for stats in (self.stats, self.total):
+                    stats.groups_done += 1
+                    stats.groups_zero_signal += verdict.kind == "zero_signal"
+                    stats.groups_lost += verdict.kind == "lost"
                 if verdict.kind == "train":
                     self.ready.append((slot.group_id, verdict.group))
                     self._ready_changed.set()
