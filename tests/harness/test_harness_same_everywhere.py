@@ -61,8 +61,9 @@ def test_prompts_tool_specs_and_results_are_byte_identical_across_uses(in_sandbo
         "done",
     ]
     # the run config every use loads; the tiny tokenizer spends ~1 token per character, hence larger token budgets
+    # the script writes whole calls itself, so the local config's few-shot exchanges and call prefix are off
     overrides = ["harness.sampling.max_new_tokens_per_turn=512", "harness.context_window_tokens=16384",
-                 "training.micro_batch_tokens=16384"]
+                 "training.micro_batch_tokens=16384", "harness.few_shot=false", 'harness.assistant_prefix=""']
     cfg = load_config("configs/local.toml", overrides).harness
     task = Task(id="same", instruction="Edit x.", environment=TaskEnvironment(workdir="/app"))
     runs = {use: in_sandbox(lambda sb, use=use: run_attempt(task, sb, ScriptedEngine(tiny_tok, script), tiny_tok, cfg,
