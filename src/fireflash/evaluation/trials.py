@@ -15,37 +15,25 @@ from typing import Any
 
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Engine, Grader, Sandbox, SandboxBackend, Task
-from fireflash.runtime.attempts import AttemptOutcome, scored_attempt
+from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
 
 OnOutcome = Callable[[Task, int, AttemptOutcome], None]
 
 
 class _Parents:
-    """Prepare each task's parent once (shared by concurrent first attempts); close it when released."""
+    """The shared ``ParentPool``, closing a task's parent once its last trial is done."""
 
     def __init__(self, backend: SandboxBackend, remaining: dict[str, int]) -> None:
-        self.backend = backend
+        self.pool = ParentPool(backend)
         self.remaining = dict(remaining)
-        self.futures: dict[str, asyncio.Future[Sandbox]] = {}
 
     async def get(self, task: Task) -> Sandbox:
-        if task.id not in self.futures:
-            self.futures[task.id] = asyncio.ensure_future(self.backend.prepare(task.environment, task.id))
-        try:
-            return await asyncio.shield(self.futures[task.id])
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.futures.pop(task.id, None)  # a failed prepare is rebuilt by the next try
-            raise
+        return await self.pool.get(task)
 
     async def release(self, task: Task) -> None:
         self.remaining[task.id] -= 1
-        future = self.futures.get(task.id)
-        if self.remaining[task.id] == 0 and future is not None:
-            del self.futures[task.id]
-            if future.done() and not future.cancelled() and future.exception() is None:
-                await future.result().close()
+        if self.remaining[task.id] == 0:
+            await self.pool.close(task)
 
 
 async def run_trials(

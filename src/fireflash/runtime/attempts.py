@@ -17,8 +17,17 @@ from typing import Any
 
 from fireflash.harness.agent import run_attempt
 from fireflash.harness.config import HarnessConfig
-from fireflash.protocols import Engine, ErrorInfo, Grader, Sandbox, Score, Status, Task, Trajectory
-
+from fireflash.protocols import (
+    Engine,
+    ErrorInfo,
+    Grader,
+    Sandbox,
+    SandboxBackend,
+    Score,
+    Status,
+    Task,
+    Trajectory,
+)
 
 ParentGetter = Callable[[], Awaitable[Sandbox]]
 
@@ -38,6 +47,34 @@ class AttemptOutcome:
     @property
     def lost(self) -> bool:
         return self.trajectory is None or self.score is None
+
+
+class ParentPool:
+    """Each task's parent sandbox, prepared once and shared by the concurrent first attempts at it.
+
+    A prepare that fails is forgotten, so the next try builds the parent again.
+    """
+
+    def __init__(self, backend: SandboxBackend) -> None:
+        self.backend = backend
+        self._futures: dict[str, asyncio.Future[Sandbox]] = {}
+
+    async def get(self, task: Task) -> Sandbox:
+        if task.id not in self._futures:
+            self._futures[task.id] = asyncio.ensure_future(self.backend.prepare(task.environment, task.id))
+        try:
+            return await asyncio.shield(self._futures[task.id])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._futures.pop(task.id, None)
+            raise
+
+    async def close(self, task: Task) -> None:
+        """Close ``task``'s parent if it was prepared (its attempts must be finished)."""
+        future = self._futures.pop(task.id, None)
+        if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+            await future.result().close()
 
 
 def error_info(e: BaseException) -> ErrorInfo:

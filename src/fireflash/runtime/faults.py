@@ -17,7 +17,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fireflash.protocols import Engine, GenerateRequest, GenerateResult, Grader, Sandbox, SandboxBackend, Score, Task, TaskEnvironment
+from fireflash.protocols import (
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    Grader,
+    Sandbox,
+    SandboxBackend,
+    Score,
+    Task,
+    TaskEnvironment,
+)
 
 
 class InjectedFault(RuntimeError):

@@ -22,10 +22,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fireflash.harness.config import HarnessConfig
-from fireflash.protocols import Engine, GenerateRequest, GenerateResult, Grader, Group, Sandbox, SandboxBackend, Task
+from fireflash.protocols import (
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    Grader,
+    Group,
+    SandboxBackend,
+    Task,
+)
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
-from fireflash.runtime.attempts import AttemptOutcome, scored_attempt
+from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
 from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
@@ -162,23 +170,12 @@ class LocalRuntime:
         self.running_attempts = 0
         self.entropy_history: list[float] = []
         self.history: list[dict[str, float]] = []
-        self._parents: dict[str, asyncio.Task[Sandbox]] = {}
+        self.parents = ParentPool(backend)
         self._generate = asyncio.Event()
-
-    async def _parent(self, task: Task) -> Sandbox:
-        if task.id not in self._parents:  # prepared once per task, shared by concurrent first attempts
-            self._parents[task.id] = asyncio.ensure_future(self.backend.prepare(task.environment, task.id))
-        try:
-            return await asyncio.shield(self._parents[task.id])
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self._parents.pop(task.id, None)  # a failed prepare is retried by the next try
-            raise
 
     async def _attempt(self, slot: Slot) -> AttemptOutcome:
         return await scored_attempt(
-            slot.task, lambda: self._parent(slot.task), self.engine, self.tokenizer, self.harness,
+            slot.task, lambda: self.parents.get(slot.task), self.engine, self.tokenizer, self.harness,
             self.grader_for(slot.task), slot.attempt_id, self.max_retries, self.hang_margin_sec,
         )
 
