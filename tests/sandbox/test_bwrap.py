@@ -368,3 +368,92 @@ def test_ro_binds_add_read_only_layers(run, cfg):
         assert not (tools / "x").exists()
     finally:
         shutil.rmtree(tools.parent)
+
+
+def test_cancelling_an_exec_whose_command_just_finished_is_not_lost(run, sandbox):
+    """A cancellation that lands while the finished command's record is on its way must still cancel.
+
+    Python 3.11's ``asyncio.wait_for`` returned the result instead (the cancellation was lost): a runtime
+    worker cancelled at the end of training then ran attempts forever and the run never returned.
+    """
+    import asyncio
+    import time
+
+    async def cancel_at(ticks: int) -> tuple[bool, bool]:
+        task = asyncio.get_running_loop().create_task(sandbox.exec("sleep 0.2", timeout_sec=30))
+        await asyncio.sleep(0.05)  # the command is running, exec waits for its record
+        time.sleep(0.4)  # noqa: ASYNC251 - on purpose: the record is in the pipe when the loop next looks
+        for _ in range(ticks):  # step through the callbacks that carry the record to exec
+            await asyncio.sleep(0)
+        requested = task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return requested, True
+        return requested, False
+
+    for ticks in range(8):
+        requested, cancelled = run(cancel_at(ticks))
+        assert cancelled or not requested, f"a cancellation after {ticks} loop steps was swallowed"
+    assert run(sandbox.exec("echo fresh")).preview == "fresh\n"
+
+
+def test_a_launcher_that_does_not_answer_neither_blocks_the_loop_nor_is_reused(run, cfg, task_files):
+    """A stuck launcher costs one start (after ``start_timeout_sec``) while other coroutines run; its
+    late answer must not be taken as the answer to the next sandbox's request."""
+    import asyncio
+    import signal
+    import time
+
+    from fireflash.sandbox import make_backend
+
+    cfg = cfg.model_copy(update={"prefork": 0, "cgroup_pool_size": 2, "start_timeout_sec": 1.5})
+    backend = make_backend(cfg)
+    try:
+        parent = run(backend.prepare(TaskEnvironment(files_dir=task_files), "stuck-launcher"))
+        stuck = backend.pool._free[-1]  # the slot the next fork takes
+        os.kill(stuck.launcher.pid, signal.SIGSTOP)
+
+        async def fork_while_ticking() -> tuple[BaseException | None, float]:
+            gaps, stop = [], asyncio.Event()
+
+            async def tick() -> None:
+                last = time.monotonic()
+                while not stop.is_set():
+                    await asyncio.sleep(0.02)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+
+            ticker = asyncio.get_running_loop().create_task(tick())
+            await asyncio.sleep(0.05)
+            try:
+                child = await parent.fork()
+                await child.close()
+                error = None
+            except SandboxError as e:
+                error = e
+            finally:
+                stop.set()
+                await ticker
+            return error, max(gaps, default=0.0)
+
+        error, worst_gap = run(fork_while_ticking())
+        try:  # if it still lives, it answers the abandoned request now
+            os.kill(stuck.launcher.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        assert error is not None and "did not answer" in str(error)
+        assert worst_gap < 1.0, f"the event loop was blocked for {worst_gap:.2f} s"
+        assert stuck not in backend.pool._all, "a launcher that missed an answer was kept for reuse"
+        time.sleep(0.3)
+        child = run(parent.fork())
+        try:
+            assert run(child.exec("echo ok")).preview == "ok\n"
+            assert child._slot.launcher is not stuck.launcher
+        finally:
+            run(child.close())
+        launchers = [slot.launcher.pid for slot in backend.pool._all] + [stuck.launcher.pid]
+    finally:
+        run(backend.close())
+    assert not backend.dir.exists() and not [p for p in launchers if _state(p) not in "ZX"]

@@ -71,7 +71,10 @@ async def run_verifier(task: Task, sandbox: Sandbox, timeout_sec: float | None =
     timeout = timeout_sec or task.limits.verifier_timeout_sec
     start = time.monotonic()
     try:
-        return await asyncio.wait_for(_run(task, sandbox, timeout, start), timeout + SANDBOX_GRACE_SEC)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that arrives
+        # as the result lands, leaving a cancelled worker running forever
+        async with asyncio.timeout(timeout + SANDBOX_GRACE_SEC):
+            return await _run(task, sandbox, timeout, start)
     except TimeoutError:
         return VerifierOutput({}, None, True, "", time.monotonic() - start, "sandbox did not return in time")
 

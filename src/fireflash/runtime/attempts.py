@@ -88,14 +88,16 @@ async def _try_once(
 ) -> tuple[Trajectory, Score]:
     sandbox = await (await parent()).fork()
     try:
-        # the harness and the grader enforce these limits themselves; the margin only catches a stage that hangs
-        trajectory = await asyncio.wait_for(
-            run_attempt(task, sandbox, engine, tokenizer, harness, attempt_id), task.limits.agent_timeout_sec + margin_sec
-        )
+        # the harness and the grader enforce these limits themselves; the margin only catches a stage that
+        # hangs. asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as
+        # the result lands, and a worker cancelled at the end of a run would then never stop.
+        async with asyncio.timeout(task.limits.agent_timeout_sec + margin_sec):
+            trajectory = await run_attempt(task, sandbox, engine, tokenizer, harness, attempt_id)
         if trajectory.status is Status.FAILED:
             err = trajectory.error
             raise AttemptFailed(f"{err.type}: {err.message}" if err else "harness reported an infrastructure failure")
-        score = await asyncio.wait_for(grader.grade(task, sandbox), task.limits.verifier_timeout_sec + margin_sec)
+        async with asyncio.timeout(task.limits.verifier_timeout_sec + margin_sec):
+            score = await grader.grade(task, sandbox)
         return trajectory, score
     finally:
         await sandbox.close()

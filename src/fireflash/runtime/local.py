@@ -206,15 +206,15 @@ class LocalRuntime:
                     self.ready.append((slot.group_id, verdict.group))
                     self._ready_changed.set()
 
-    async def _next_batch(self, deadline: float) -> tuple[list[Group], float] | None:
-        """The next step's groups, or None when ``deadline`` (perf_counter seconds) passes first."""
+    async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
+        """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
         start = time.perf_counter()
         self._generate.set()
         while len(self.ready) < self.groups_per_step:
             self._ready_changed.clear()
             try:
-                left = None if deadline == float("inf") else max(deadline - time.perf_counter(), 0.0)
-                await asyncio.wait_for(self._ready_changed.wait(), left)
+                async with asyncio.timeout_at(deadline):
+                    await self._ready_changed.wait()
             except TimeoutError:
                 return None
         got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
@@ -227,7 +227,8 @@ class LocalRuntime:
     async def _train(self) -> None:
         wall0, trainer_busy = time.perf_counter(), 0.0
         busy0 = self.engine.busy_sec
-        deadline = wall0 + (self.max_wall_sec if self.max_wall_sec is not None else float("inf"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wall_sec if self.max_wall_sec is not None else None
         while self.trainer.step < self.steps:
             batch = await self._next_batch(deadline)
             if batch is None:

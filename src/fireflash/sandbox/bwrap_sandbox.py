@@ -185,7 +185,7 @@ class BwrapSandbox:
         err_r, err_w = os.pipe()
         self._err_fd = err_r
         try:
-            self._bwrap_pid = self._slot.launcher.spawn(
+            self._bwrap_pid = await self._slot.launcher.spawn(
                 self._request("box", self._bwrap_argv(), {"PATH": PATH}),
                 [stdin_r, ctl_w, info_w, err_w],
                 cfg.start_timeout_sec,
@@ -202,7 +202,8 @@ class BwrapSandbox:
         shell.start(asyncio.get_running_loop())
         try:
             await shell.send(restore_lines(self._session.state), expect_record=False)
-            await asyncio.wait_for(shell.hello(), cfg.start_timeout_sec)
+            async with asyncio.timeout(cfg.start_timeout_sec):
+                await shell.hello()
             info = json.loads(os.read(info_r, 4096).decode())
         except (TimeoutError, ShellDied, OSError, ValueError) as e:
             shell.close()
@@ -256,7 +257,7 @@ class BwrapSandbox:
         env = sandbox_env(self.env) | {"FF_CTL_FD": str(CTL_FD)}
         argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
         try:
-            self._slot.launcher.spawn(
+            await self._slot.launcher.spawn(
                 self._request("join", argv, env),
                 [stdin_r, ctl_w, err_w, *ns_fds],
                 self.backend.cfg.start_timeout_sec,
@@ -272,7 +273,8 @@ class BwrapSandbox:
         shell.start(asyncio.get_running_loop())
         try:
             await shell.send(restore_lines(state), expect_record=False)
-            await asyncio.wait_for(shell.hello(), self.backend.cfg.start_timeout_sec)
+            async with asyncio.timeout(self.backend.cfg.start_timeout_sec):
+                await shell.hello()
         except (TimeoutError, ShellDied, OSError) as e:
             shell.close()
             os.set_blocking(err_r, False)
@@ -369,6 +371,8 @@ class BwrapSandbox:
             self.backend.tasks.add(task)
             task.add_done_callback(self._starting.discard)
             task.add_done_callback(self.backend.tasks.discard)
+            # a failed start only means that the next fork starts its child itself
+            task.add_done_callback(_ignore_failure)
 
     async def _start_ready(self, lowers: list[Layer]) -> None:
         child = await BwrapSandbox.start(self.backend, self.env, lowers, self.depth + 1)
@@ -437,13 +441,19 @@ class BwrapSandbox:
         self.backend.sandboxes.discard(self)
 
 
+def _ignore_failure(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" at exit
+
+
 async def _wait_exit(pidfd: int, timeout_sec: float) -> bool:
     """Wait until the process behind ``pidfd`` exited (then its mount namespace is gone); False on timeout."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
     try:
-        await asyncio.wait_for(done, timeout_sec)
+        async with asyncio.timeout(timeout_sec):
+            await done
         return True
     except TimeoutError:
         return False

@@ -171,7 +171,8 @@ class LocalSandbox:
         shell.start(asyncio.get_running_loop())
         try:
             await shell.send(restore_lines(state), expect_record=False)
-            await asyncio.wait_for(shell.hello(), self.backend.cfg.start_timeout_sec)
+            async with asyncio.timeout(self.backend.cfg.start_timeout_sec):
+                await shell.hello()
         except (TimeoutError, ShellDied, OSError) as e:
             shell.close()
             raise SandboxError(f"a local shell did not start ({type(e).__name__})") from None

@@ -145,7 +145,9 @@ class ShellSession:
                     raise SandboxError("the sandbox's shell died twice while receiving a command") from None
         assert done is not None
         try:
-            rec = await asyncio.wait_for(asyncio.shield(done), timeout_sec)
+            # not asyncio.wait_for: on Python 3.11 it drops a cancellation that arrives as the record does
+            async with asyncio.timeout(timeout_sec):
+                rec = await asyncio.shield(done)
         except asyncio.CancelledError:
             # the caller gave up: the shell is still busy with this command, so the next command's
             # record would be this one's. Kill it all; the next exec starts a new shell.
@@ -192,7 +194,8 @@ class ShellSession:
                 break
             kill_tree(pid, include_root=False)
             try:
-                rec = await asyncio.wait_for(asyncio.shield(done), 0.05)
+                async with asyncio.timeout(0.05):
+                    rec = await asyncio.shield(done)
             except TimeoutError:
                 continue
             except ShellDied:

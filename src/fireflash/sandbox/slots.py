@@ -8,6 +8,7 @@ launchers only.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -22,6 +23,11 @@ LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 
 class Launcher:
     """Client of one launcher process (``python -I -S launcher.py``), started immediately.
+
+    Requests are answered in order, one at a time: ``spawn`` holds a lock across send and reply and
+    waits for the reply without blocking the event loop. A launcher that did not answer in time, or
+    whose exchange was cancelled halfway, is marked ``broken``: its late answer would otherwise be
+    read as the answer to the next request. Its slot is then retired, not reused.
 
     Raises:
         SandboxError: the launcher cannot be started.
@@ -41,19 +47,22 @@ class Launcher:
             raise SandboxError(f"cannot start the sandbox launcher: {e}") from None
         finally:
             theirs.close()
+        self._sock.setblocking(False)
         self._ready = False
+        self._lock: asyncio.Lock | None = None
+        self.broken = False
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def _recv(self, timeout_sec: float) -> dict:
-        self._sock.settimeout(timeout_sec)
+    async def _recv(self, timeout_sec: float) -> dict:
         try:
-            msg = self._sock.recv(1 << 16)
+            async with asyncio.timeout(timeout_sec):
+                msg = await asyncio.get_running_loop().sock_recv(self._sock, 1 << 16)
         except (TimeoutError, OSError) as e:
             raise SandboxError(
-                f"sandbox launcher did not answer ({type(e).__name__}){self._stderr()}"
+                f"sandbox launcher did not answer within {timeout_sec:g} s ({type(e).__name__}){self._stderr()}"
             ) from None
         if not msg:
             raise SandboxError(f"sandbox launcher exited{self._stderr()}")
@@ -64,27 +73,37 @@ class Launcher:
             return ""
         return ": " + self.proc.stderr.read().decode("utf-8", "replace").strip()[-2000:]
 
-    def spawn(self, request: dict, fds: list[int], timeout_sec: float) -> int:
+    async def spawn(self, request: dict, fds: list[int], timeout_sec: float) -> int:
         """Ask the launcher to fork a sandbox process; its host pid.
 
         Raises:
-            SandboxError: the launcher died or reported a failure.
+            SandboxError: the launcher died, did not answer in ``timeout_sec``, or reported a failure.
         """
-        if not self._ready:
-            self._recv(timeout_sec)  # the launcher's one-time {"ready": true}
-            self._ready = True
-        try:
-            socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
-        except OSError as e:
-            raise SandboxError(f"sandbox launcher is gone ({e}){self._stderr()}") from None
-        reply = self._recv(timeout_sec)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.broken:
+                raise SandboxError("sandbox launcher is out of step after an earlier failure")
+            self.broken = True  # until the reply is read: a timeout or cancellation leaves it out of step
+            if not self._ready:
+                await self._recv(timeout_sec)  # the launcher's one-time {"ready": true}
+                self._ready = True
+            try:
+                # a few hundred bytes on an idle SEQPACKET socket: never blocks
+                socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+            except OSError as e:
+                raise SandboxError(f"sandbox launcher is gone ({e}){self._stderr()}") from None
+            reply = await self._recv(timeout_sec)
+            self.broken = False
         if "error" in reply:
             raise SandboxError(f"sandbox launcher: {reply['error']}")
         return int(reply["pid"])
 
     def close(self) -> None:
-        """End the launcher (it exits on end-of-file) and reap it."""
+        """End the launcher (it exits on end-of-file; a broken one is killed) and reap it."""
         self._sock.close()
+        if self.broken:
+            self.proc.kill()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -152,7 +171,8 @@ class SlotPool:
 
     def release(self, slot: Slot) -> None:
         """Take a slot back after its sandbox closed; a slot that will not empty, or one too many, is retired."""
-        if slot.empty() and slot.launcher.proc.poll() is None and len(self._free) < max(1, self._size):
+        usable = not slot.launcher.broken and slot.launcher.proc.poll() is None
+        if slot.empty() and usable and len(self._free) < max(1, self._size):
             self._free.append(slot)
         else:
             slot.close()
