@@ -69,7 +69,7 @@ def train(
     from fireflash.runtime.job import run_training
 
     run_dir = run_training(cfg, resume=resume)
-    console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, tensorboard/; plots: fireflash report {run_dir})")
+    console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, trajectories/, tensorboard/)")
 
 
 @app.command()

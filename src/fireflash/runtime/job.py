@@ -110,7 +110,8 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         if close is not None:
             await close()
     if runtime.stopped_at_wall_limit:
-        console.print(f"[yellow]stopped at runtime.max_wall_sec={cfg.runtime.max_wall_sec}[/]: resume with --resume")
+        more = ": continue with --resume" if trainer.step else ""
+        console.print(f"[yellow]stopped at runtime.max_wall_sec={cfg.runtime.max_wall_sec}[/]{more}")
     console.print(f"done: {trainer.step} steps, weight version {trainer.weight_version}, {time.perf_counter() - start:.0f} s")
     if runtime.history:
         from fireflash.evaluation.report import write_report
