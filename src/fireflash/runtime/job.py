@@ -87,10 +87,16 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         await engine.update_weights(trainer.state_dict(), trainer.weight_version)
     backend = make_backend(cfg.sandbox)
     graders: dict[str, Any] = {}
+
+    def grader_for(task: Any) -> Any:
+        if task.id not in graders:
+            graders[task.id] = make_grader(task.grader)
+        return graders[task.id]
+
     writer = MetricsWriter(run_dir, cfg.tracking.tensorboard)
     runtime = LocalRuntime(
         tasks=tasks, backend=backend, engine=engine, tokenizer=tokenizer, trainer=trainer,
-        grader_for=lambda task: graders.setdefault(task.id, make_grader(task.grader)),
+        grader_for=grader_for,
         harness=cfg.harness, objective=cfg.rl, run_dir=run_dir, steps=cfg.runtime.steps,
         group_size=cfg.runtime.group_size, groups_per_step=cfg.runtime.groups_per_step,
         max_inflight_attempts=cfg.runtime.max_inflight_attempts, max_attempt_retries=cfg.runtime.max_attempt_retries,
