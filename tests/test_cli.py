@@ -26,3 +26,16 @@ def test_config_show_applies_overrides():
     result = runner.invoke(app, ["config", "show", "-c", "configs/local.toml", "runtime.steps=9"])
     assert result.exit_code == 0
     assert "steps = 9" in result.output and 'name_or_path = "smollm2-135m"' in result.output
+
+
+def test_train_errors_are_one_line_and_exit_2(tmp_path):
+    result = runner.invoke(app, ["train", f"tracking.run_dir={tmp_path}", "tasks.paths=['/nonexistent']"])
+    assert result.exit_code == 2 and "TaskLoadError" in result.output and "/nonexistent" in result.output
+    result = runner.invoke(app, ["train", "-c", "configs/local.toml", f"tracking.run_dir={tmp_path}", "--resume"])
+    assert result.exit_code == 2 and "no checkpoint under" in result.output
+
+
+def test_train_dry_run_prints_the_plan():
+    result = runner.invoke(app, ["train", "-c", "configs/cluster.toml", "--dry-run"])
+    assert result.exit_code == 0
+    assert "12 attempts" in result.output and "sglang" in result.output and "staleness ≤ 6" in result.output

@@ -66,9 +66,17 @@ def train(
 
         console.print(describe_plan(cfg))
         return
+    from fireflash.models import ModelNotFound
     from fireflash.runtime.job import run_training
+    from fireflash.sandbox import SandboxUnavailable
+    from fireflash.tasks import TaskLoadError
+    from fireflash.training.checkpoint import CheckpointError
 
-    run_dir = run_training(cfg, resume=resume)
+    try:
+        run_dir = run_training(cfg, resume=resume)
+    except (CheckpointError, TaskLoadError, SandboxUnavailable, ModelNotFound) as e:
+        typer.echo(f"{type(e).__name__}: {e}", err=True)
+        raise typer.Exit(2) from None
     console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, trajectories/, tensorboard/)")
 
 
