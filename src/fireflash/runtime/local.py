@@ -150,7 +150,6 @@ class LocalRuntime:
         cursor: dict[str, Any] | None = None,
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
-        on_step: Callable[[dict[str, float]], None] | None = None,
     ) -> None:
         self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
         self.engine = MeteredEngine(engine)
@@ -162,7 +161,7 @@ class LocalRuntime:
         self.discard_zero_signal = discard_zero_signal_groups
         self.checkpoint_every = checkpoint_every_steps
         self.scheduler = GroupScheduler(tasks, group_size, seed, cursor)
-        self.writer, self.save_trajectories, self.on_step = writer, save_trajectories, on_step
+        self.writer, self.save_trajectories = writer, save_trajectories
         self.ready: list[tuple[int, Group]] = []  # complete groups waiting for the trainer, oldest first
         self._ready_changed = asyncio.Event()
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
@@ -258,8 +257,6 @@ class LocalRuntime:
             self.history.append(metrics)
             if self.writer is not None:
                 self.writer.write(self.trainer.step, metrics)
-            if self.on_step is not None:
-                self.on_step(metrics)
 
     async def run(self) -> list[dict[str, float]]:
         """Run until ``steps`` optimizer steps are done; returns each step's metrics.
