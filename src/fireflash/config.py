@@ -27,6 +27,7 @@ from fireflash.models import ModelConfig
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.config import RuntimeConfig
 from fireflash.sandbox.config import SandboxConfig
+from fireflash.sft.config import SFTConfig
 from fireflash.tasks.config import TasksConfig
 from fireflash.training.config import TrainerConfig
 
@@ -53,6 +54,7 @@ class FireFlashConfig(BaseModel):
     training: TrainerConfig = Field(default_factory=TrainerConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     evaluation: EvalConfig = Field(default_factory=EvalConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")

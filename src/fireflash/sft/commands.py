@@ -1,0 +1,186 @@
+"""`fireflash sft`: the supervised warm-up on oracle trajectories (issue #10), top to bottom.
+
+    fireflash sft [-c configs/local.toml] [a.b=v ...] [--resume]
+
+tasks (``sft.tasks``, never held-out) → oracle trajectories replayed and graded in real sandboxes
+(``RUN_DIR/oracle/``, reused on rerun) → shuffled examples → AdamW steps → checkpoints in the RL format
+(``RUN_DIR/checkpoints/step-N``; ``RUN_DIR/model`` links the last one) → metrics.jsonl + TensorBoard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fireflash.config import FireFlashConfig
+from fireflash.protocols import Task
+
+console = Console()
+
+
+class HeldoutLeak(ValueError):
+    """An SFT task is one of the held-out tasks (they must never be trained on)."""
+
+
+def check_not_heldout(tasks: list[Task]) -> None:
+    """Raise ``HeldoutLeak`` naming the tasks if any id or path belongs to the bundled held-out split."""
+    from fireflash.tasks.loader import bundled_tasks
+
+    heldout = bundled_tasks("heldout")
+    ids = {t.id for t in heldout}
+    paths = {t.path.resolve() for t in heldout if t.path}
+    leaked = sorted(t.id for t in tasks if t.id in ids or (t.path and t.path.resolve() in paths))
+    if leaked:
+        raise HeldoutLeak(f"sft.tasks includes held-out tasks {leaked}; use bundled:train or your own training tasks")
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+async def build_oracle(cfg: FireFlashConfig, tasks: list[Task], out: Path) -> None:
+    """Replay and grade every oracle plan into ``out`` (skipped when ``out/dropped.json`` exists)."""
+    from fireflash.grading.graders import make_grader
+    from fireflash.models import load_tokenizer
+    from fireflash.sandbox import make_backend
+    from fireflash.sft.collect import collect_oracle, save_oracle
+    from fireflash.sft.oracle import plans_for
+
+    if (out / "dropped.json").exists():
+        return
+    tokenizer = load_tokenizer(cfg.sft.init_from, cfg.model.cache_dir)
+    backend = make_backend(cfg.sandbox)
+    graders: dict = {}
+    try:
+        with _progress() as bar:
+            job = bar.add_task("oracle replays", total=len(plans_for(tasks, cfg.sft.variants)), info="")
+            solved = 0
+
+            def tick(_task, _index, outcome) -> None:
+                nonlocal solved
+                solved += bool(outcome.score and outcome.score.solved)
+                bar.update(job, advance=1, info=f"{solved} solved")
+
+            result = await collect_oracle(
+                tasks, cfg.sft.variants, backend=backend, tokenizer=tokenizer, harness=cfg.harness,
+                grader_for=lambda t: graders.setdefault(t.id, make_grader(t.grader)),
+                max_concurrent=cfg.sft.max_concurrent, max_retries=cfg.runtime.max_attempt_retries, on_outcome=tick,
+            )
+    finally:
+        await backend.close()
+    save_oracle(result, out)
+    console.print(f"oracle: {len(result.trajectories)} of {result.n_plans} plans solved their task "
+                  f"({len(result.dropped)} dropped, reasons in {out / 'dropped.json'})")
+
+
+def schedule(n_examples: int, batch_size: int, epochs: float, seed: int) -> list[list[int]]:
+    """Example indices of every optimizer step: each epoch a fresh shuffle cut into batches (last partial kept)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    for _ in range(math.ceil(epochs)):
+        epoch = list(range(n_examples))
+        rng.shuffle(epoch)
+        order += epoch
+    order = order[: max(1, round(n_examples * epochs))]
+    return [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
+    """Build the oracle set, train, checkpoint; returns the final checkpoint directory."""
+    import torch
+
+    from fireflash.models import load_policy, load_tokenizer
+    from fireflash.runtime.tracking import MetricsWriter
+    from fireflash.sft.collect import load_oracle
+    from fireflash.sft.data import examples_from
+    from fireflash.sft.trainer import SFTTrainer
+    from fireflash.tasks.loader import load_tasks
+    from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+
+    s = cfg.sft
+    run_dir = Path(s.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tasks, errors = load_tasks(s.tasks)
+    for e in errors:
+        console.print(f"[yellow]skipped[/] {e}")
+    check_not_heldout(tasks)
+    asyncio.run(build_oracle(cfg, tasks, run_dir / "oracle"))
+    examples = examples_from(load_oracle(run_dir / "oracle"))
+    if not examples:
+        raise ValueError(f"{run_dir / 'oracle'}: no oracle trajectory solved its task; nothing to learn from")
+    steps = schedule(len(examples), s.batch_size, s.epochs, s.seed)
+    torch.manual_seed(s.seed)
+    torch.set_num_threads(os.cpu_count() or 1)
+    ckpt_root = run_dir / "checkpoints"
+    start_step = 0
+    source = s.init_from
+    if resume:
+        source = str(latest_checkpoint(ckpt_root))
+    tokenizer = load_tokenizer(source, cfg.model.cache_dir)
+    model = load_policy(source, cfg.model.cache_dir)
+    if resume:
+        start_step = json.loads((Path(source) / "fireflash.json").read_text())["step"]
+    trainer = SFTTrainer(model, tokenizer, s, total_steps=len(steps), start_step=start_step)
+    if resume:
+        load_checkpoint_state(Path(source), trainer.optimizer)
+    (run_dir / "sft_config.json").write_text(cfg.model_dump_json(indent=1))
+    writer = MetricsWriter(run_dir, tensorboard=cfg.tracking.tensorboard)
+    console.print(f"SFT: {len(examples)} examples, {len(steps)} steps of {s.batch_size}, "
+                  f"{s.epochs} epochs, lr {s.lr}, from {source}")
+    path = None
+    try:
+        with _progress() as bar:
+            job = bar.add_task("sft steps", total=len(steps), completed=start_step, info="")
+            for i in range(start_step, len(steps)):
+                metrics = trainer.step([examples[j] for j in steps[i]])
+                writer.write(i + 1, metrics | {"epoch": (i + 1) * s.batch_size / len(examples)})
+                bar.update(job, advance=1, info=f"loss {metrics['loss']:.3f} acc {metrics['accuracy']:.2f}")
+                last = i + 1 == len(steps)
+                if last or (i + 1) % max(1, len(steps) // 4) == 0:
+                    path = save_checkpoint(ckpt_root, i + 1, model, tokenizer, trainer.optimizer, 0,
+                                           {"sft_step": i + 1}, keep=2)
+    finally:
+        writer.close()
+    path = path or latest_checkpoint(ckpt_root)
+    link = run_dir / "model"
+    tmp = run_dir / ".model.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(path.relative_to(run_dir))
+    os.replace(tmp, link)
+    (run_dir / "summary.json").write_text(json.dumps({"examples": len(examples), "steps": len(steps), "checkpoint": str(path)}))
+    return link
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")
+OverridesArg = typer.Argument(None, help="Overrides as KEY.PATH=VALUE, e.g. sft.epochs=1.", show_default=False)
+
+
+def sft_command(
+    config: Path | None = ConfigOpt,
+    overrides: list[str] | None = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue from RUN_DIR/checkpoints' latest checkpoint."),
+) -> None:
+    """Supervised warm-up on oracle trajectories of the training tasks (cold start before RL)."""
+    from fireflash.cli import resolve_config
+    from fireflash.models import ModelNotFound
+    from fireflash.sandbox import SandboxUnavailable
+    from fireflash.sft.oracle import OracleError
+    from fireflash.tasks import TaskLoadError
+    from fireflash.training.checkpoint import CheckpointError
+
+    cfg = resolve_config(config, overrides)
+    try:
+        link = run_sft(cfg, resume)
+    except (HeldoutLeak, OracleError, TaskLoadError, SandboxUnavailable, ModelNotFound, CheckpointError, ValueError) as e:
+        typer.echo(f"{type(e).__name__}: {e}", err=True)
+        raise typer.Exit(2) from None
+    console.print(f"SFT model: {link}  (use it as model.name_or_path for probe, train and eval)")
