@@ -57,6 +57,9 @@ class SGLangEngine:
             ``resume()``, possibly on new weights: their result reports the version at completion).
         broadcast: trainer-side NCCL sender for state-dict updates (``init_weight_sync`` first).
         group_name: the weight-update group's name on the server.
+        flush_cache: ask the server to flush its KV/prefix cache after a weight update. SGLang asserts that the
+            flush succeeds, and it fails while requests remain in the server (e.g. paused 'in_place'): turn it
+            off to update with attempts in flight; cached prefixes then keep KV computed by the old weights.
         transport: httpx transport override (tests).
     """
 
@@ -70,6 +73,7 @@ class SGLangEngine:
         pause_mode: str = "abort",
         broadcast: Broadcast | None = None,
         group_name: str = "weight_update_group",
+        flush_cache: bool = True,
         weight_version: int = 0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -81,6 +85,7 @@ class SGLangEngine:
         self.pause_mode = pause_mode
         self.broadcast = broadcast
         self.group_name = group_name
+        self.flush_cache = flush_cache
         self._version = weight_version
 
     @property
@@ -183,7 +188,7 @@ class SGLangEngine:
                 {
                     "model_path": str(weights),
                     "weight_version": str(version),
-                    "flush_cache": True,
+                    "flush_cache": self.flush_cache,
                     "abort_all_requests": False,
                 },
             )
@@ -200,7 +205,7 @@ class SGLangEngine:
                 "shapes": [list(t.shape) for _, t in named],
                 "group_name": self.group_name,
                 "weight_version": str(version),
-                "flush_cache": True,
+                "flush_cache": self.flush_cache,
             }
             await asyncio.gather(
                 self._checked("/update_weights_from_distributed", body),

@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +48,24 @@ def save_checkpoint(
     weight_version: int,
     cursor: dict[str, Any],
     keep: int,
+    *,
+    model_state: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``root/step-{step:06d}`` atomically, point ``latest`` at it, prune to ``keep`` checkpoints."""
+    """Write ``root/step-{step:06d}`` atomically, point ``latest`` at it, prune to ``keep`` checkpoints.
+
+    ``model_state`` / ``optimizer_state`` replace ``model.state_dict()`` / ``optimizer.state_dict()`` when a
+    sharded trainer has gathered them (``training.fsdp``).
+    """
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
     final, tmp = root / name, root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp / "trainer_state.pt")
+    optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+    torch.save({"optimizer": optimizer_state, "rng": _rng_state()}, tmp / "trainer_state.pt")
     meta = {"schema_version": SCHEMA_VERSION, "step": step, "weight_version": weight_version, "cursor": cursor}
     (tmp / "fireflash.json").write_text(json.dumps(meta, indent=1))
     if final.exists():
@@ -82,10 +91,13 @@ def latest_checkpoint(root: Path) -> Path:
     return root / pointer.read_text().strip()
 
 
-def load_checkpoint_state(path: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_checkpoint_state(
+    path: Path, optimizer: torch.optim.Optimizer, load_optimizer: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Restore optimizer and RNG state from ``path``; return its ``fireflash.json`` metadata.
 
     The model weights are loaded separately, as a normal HF directory (``fireflash.models.load_policy``).
+    ``load_optimizer`` replaces ``optimizer.load_state_dict`` (a sharded trainer scatters the saved state).
 
     Raises:
         CheckpointError: a newer schema or a missing trainer_state.pt.
@@ -97,6 +109,6 @@ def load_checkpoint_state(path: Path, optimizer: torch.optim.Optimizer) -> dict[
     if not state_file.is_file():
         raise CheckpointError(f"{state_file} missing: the checkpoint is incomplete")
     state = torch.load(state_file, weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
+    (load_optimizer or optimizer.load_state_dict)(state["optimizer"])
     _set_rng_state(state["rng"])
     return meta

@@ -22,9 +22,30 @@ import torch
 from fireflash.protocols import Group
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.objective import objective_loss
-from fireflash.training.batch import pack_groups
+from fireflash.training.batch import MicroBatch, pack_groups
 from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from fireflash.training.config import TrainerConfig
+
+
+def micro_batch_loss(
+    model: torch.nn.Module, mb: MicroBatch, weight_version: int, temperature: float, objective: ObjectiveConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """RECIPE.md §5 loss of one micro-batch: the model body, then the LM head only at sampled positions.
+
+    Args:
+        model: causal LM with ``model.model`` (body) and ``lm_head`` (no bias).
+        mb: ``MicroBatch`` (input_ids / attention_mask [S, L], rows / cols [T]).
+        weight_version: the trainer's version (staleness of each token is measured against it).
+        temperature: rollout sampling temperature.
+        objective: the RECIPE.md §5 constants.
+
+    Returns:
+        ``objective_loss``'s (loss scalar, metrics).
+    """
+    hidden = model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    return objective_loss(
+        hidden[mb.rows, mb.cols], model.lm_head.weight, mb.policy, weight_version, temperature, objective
+    )
 
 
 class Trainer:
@@ -87,24 +108,37 @@ class Trainer:
         ``tokens/n`` and ``micro_batches``.
         """
         self.model.train()
-        micro = pack_groups(groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id)
+        micro = self.pack(groups)
         n_tokens = sum(mb.policy.target_ids.numel() for mb in micro)
+        totals = self.backward_micro_batches(micro, n_tokens)
+        self.model.eval()
+        return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+
+    def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
+        """``pack_groups`` with this trainer's budget, top-K and pad id (raises ``BatchError``)."""
+        return pack_groups(groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id)
+
+    def backward_micro_batches(self, micro: Sequence[MicroBatch], n_tokens: int) -> dict[str, float]:
+        """Forward/backward each of ``micro``; metrics are weighted by its share of the step's ``n_tokens``.
+
+        ``n_tokens`` counts the sampled positions of the whole step, so totals of disjoint subsets of its
+        micro-batches (one per data-parallel rank) add up to the totals of the step.
+        """
         totals: dict[str, float] = {"loss": 0.0}
         for mb in micro:
             if not mb.policy.target_ids.numel():
                 continue
-            hidden = self.model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
-            loss, metrics = objective_loss(
-                hidden[mb.rows, mb.cols], self.model.lm_head.weight, mb.policy, self.weight_version,
-                self.temperature, self.objective,
-            )
+            loss, metrics = self.micro_batch_loss(mb)
             loss.backward()  # micro-batch losses sum to the step loss (per-attempt floors are step-wide)
             totals["loss"] += loss.item()
             share = mb.policy.target_ids.numel() / max(n_tokens, 1)
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value * share
-        self.model.eval()
-        return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+        return totals
+
+    def micro_batch_loss(self, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The objective on one micro-batch at the current ``weight_version`` (no backward)."""
+        return micro_batch_loss(self.model, mb, self.weight_version, self.temperature, self.objective)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Detached copies of the weights for an engine's ``update_weights`` (tied weights appear once per name)."""

@@ -1,0 +1,109 @@
+"""FSDP2 on 2 gloo processes: the same update as one process, gathered HF checkpoints, sharded checkpoints, resume.
+
+One spawn (module fixture) runs every distributed scenario; the tests compare its results in this process.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+from test_trainer import VOCAB, _groups, _trainer
+
+from fireflash.models import build_tiny_model, load_policy
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.training.config import TrainerConfig
+from fireflash.training.fsdp import FSDPTrainer, init_trainer_group, spawn_ranks
+
+pytestmark = pytest.mark.unit
+CFG = {"lr": 1e-2, "micro_batch_tokens": 15}  # three micro-batches: two on rank 0, one (plus a zero pass) on rank 1
+
+
+def _fsdp(model, device, **kw):
+    return FSDPTrainer(model, None, TrainerConfig(**CFG), ObjectiveConfig(loss_floor_tokens=8), 1.0, device=device, **kw)
+
+
+def _ranks(rank, world_size, port, out):
+    torch.set_num_threads(1)
+    device = init_trainer_group(rank, world_size, "127.0.0.1", port, timeout_sec=60)
+    first, second = _groups(build_tiny_model(VOCAB), seed=0), _groups(build_tiny_model(VOCAB), seed=2, version=1)
+    result = {}
+
+    trainer = _fsdp(build_tiny_model(VOCAB), device)
+    result["metrics"] = trainer.train_step(first)
+    result["step1"] = trainer.state_dict()
+    result["path"] = trainer.save_checkpoint(out / "gathered", cursor={"task_index": 3})
+    resumed = _fsdp(load_policy(str(result["path"])), device)
+    result["cursor"] = resumed.restore(out / "gathered")
+    result["version"] = resumed.weight_version
+    trainer.train_step(second)
+    resumed.train_step(second)
+    result["gathered_pair"] = (trainer.state_dict(), resumed.state_dict())
+
+    sharded = _fsdp(build_tiny_model(VOCAB), device, sharded_checkpoints=True)
+    sharded.train_step(first)
+    sharded.save_checkpoint(out / "sharded", cursor={"task_index": 4})
+    reloaded = _fsdp(build_tiny_model(VOCAB, seed=7), device, sharded_checkpoints=True)  # other weights
+    result["sharded_cursor"] = reloaded.restore(out / "sharded")
+    sharded.train_step(second)
+    reloaded.train_step(second)
+    result["sharded_pair"] = (sharded.state_dict(), reloaded.state_dict())
+    if rank == 0:
+        torch.save(result, out / "result.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp")
+    spawn_ranks(_ranks, world_size=2, args=(out,), timeout_sec=90)
+    return torch.load(out / "result.pt", weights_only=False)
+
+
+def test_one_step_matches_the_single_process_trainer(fsdp_run):
+    base = build_tiny_model(VOCAB)
+    single = _trainer(copy.deepcopy(base), **CFG)
+    threads = torch.get_num_threads()
+    # the ranks ran on 1 thread: the same matmul blocking keeps rounding equal, which matters because Adam's
+    # first step, lr * g / (|g| + eps), turns 1e-11 noise on near-zero gradients into 1e-5 weight changes
+    torch.set_num_threads(1)
+    try:
+        expected = single.train_step(_groups(base, seed=0))
+    finally:
+        torch.set_num_threads(threads)
+    got = fsdp_run["step1"]
+    moved = max((single.model.state_dict()[k] - base.state_dict()[k]).abs().max().item() for k in got)
+    assert moved > 1e-3  # the step changed the weights, so agreement below is not vacuous
+    assert set(got) >= {k for k in single.model.state_dict() if k != "lm_head.weight"}
+    for name, value in got.items():
+        torch.testing.assert_close(value, single.model.state_dict()[name], atol=1e-5, rtol=0, msg=name)
+    metrics = fsdp_run["metrics"]
+    assert metrics["micro_batches"] == expected["micro_batches"] == 3
+    for key in ("loss", "tokens/n", "grad_norm", "entropy/mean", "drift/staleness_0"):
+        assert metrics[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-6), key
+
+
+def test_gathered_checkpoint_is_an_hf_directory_and_resumes_exactly(fsdp_run):
+    path = fsdp_run["path"]
+    assert (path / "model.safetensors").is_file() and (path / "trainer_state.pt").is_file()
+    assert (path.parent / "latest").read_text() == path.name
+    loaded = load_policy(str(path)).state_dict()
+    for name, value in fsdp_run["step1"].items():
+        torch.testing.assert_close(loaded[name], value, atol=0, rtol=0, msg=name)
+    assert fsdp_run["cursor"] == {"task_index": 3} and fsdp_run["version"] == 1
+    a, b = fsdp_run["gathered_pair"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_sharded_checkpoint_restores_weights_and_optimizer(fsdp_run):
+    assert fsdp_run["sharded_cursor"] == {"task_index": 4}
+    a, b = fsdp_run["sharded_pair"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_needs_a_process_group():
+    with pytest.raises(RuntimeError, match="init_trainer_group"):
+        _fsdp(build_tiny_model(VOCAB), torch.device("cpu"))
+
