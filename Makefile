@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fireflash-setup
 CONFIG ?= configs/local.toml
+SFT_MODEL ?= runs/sft/model
 ARGS ?=
 
 .PHONY: setup train test doctor bench clean-venv
@@ -15,8 +16,12 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 
-train: setup
+# the local recipe: a one-time supervised warm-up (skipped once runs/sft/model exists), then async GRPO from it
+train: setup $(SFT_MODEL)
 	$(VENV)/bin/fireflash train --config $(CONFIG) $(ARGS)
+
+$(SFT_MODEL): | setup
+	$(VENV)/bin/fireflash sft --config $(CONFIG) $$([ -e $(dir $(SFT_MODEL))checkpoints/latest ] && echo --resume)
 
 test: setup
 	$(VENV)/bin/pytest $(ARGS)

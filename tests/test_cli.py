@@ -25,14 +25,20 @@ def test_bad_override_exits_2_with_field_path():
 def test_config_show_applies_overrides():
     result = runner.invoke(app, ["config", "show", "-c", "configs/local.toml", "runtime.steps=9"])
     assert result.exit_code == 0
-    assert "steps = 9" in result.output and 'name_or_path = "smollm2-135m"' in result.output
+    assert "steps = 9" in result.output and 'name_or_path = "runs/sft/model"' in result.output
+    assert 'init_from = "smollm2-135m"' in result.output  # the local recipe warms up the embedded model first
 
 
 def test_train_errors_are_one_line_and_exit_2(tmp_path):
     result = runner.invoke(app, ["train", f"tracking.run_dir={tmp_path}", "tasks.paths=['/nonexistent']"])
     assert result.exit_code == 2 and "TaskLoadError" in result.output and "/nonexistent" in result.output
-    result = runner.invoke(app, ["train", "-c", "configs/local.toml", f"tracking.run_dir={tmp_path}", "--resume"])
+    result = runner.invoke(app, ["train", "-c", "configs/local.toml", f"tracking.run_dir={tmp_path}",
+                                 "model.name_or_path=smollm2-135m", "--resume"])
     assert result.exit_code == 2 and "no checkpoint under" in result.output
+    # the local recipe trains from the warm-up's output; before `fireflash sft` the error says how to make it
+    result = runner.invoke(app, ["train", "-c", "configs/local.toml", f"tracking.run_dir={tmp_path}",
+                                 f"model.name_or_path={tmp_path}/sft/model"])
+    assert result.exit_code == 2 and "ModelNotFound" in result.output and "fireflash sft" in result.output
 
 
 def test_train_dry_run_prints_the_plan():

@@ -107,9 +107,11 @@ def resolve_model_dir(name_or_path: str, cache_dir: str | Path | None = None) ->
     path = Path(name_or_path).expanduser()
     if (path / "config.json").is_file():
         return path
+    # the local recipe trains from the warm-up's output: say how to make it rather than only that it is missing
+    hint = "; create it with `fireflash sft -c CONFIG` (sft.run_dir/model)" if path.name == "model" else ""
     raise ModelNotFound(
         f"model {name_or_path!r}: not an embedded name ({', '.join(EMBEDDED)}) and not a local HF model "
-        f"directory with a config.json; model hubs are never contacted"
+        f"directory with a config.json; model hubs are never contacted{hint}"
     )
 
 

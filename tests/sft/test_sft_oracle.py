@@ -9,13 +9,13 @@ import os
 import pytest
 
 from fireflash.harness.config import HarnessConfig
+from fireflash.harness.rendering import ChatRenderer
 from fireflash.models import build_tiny_tokenizer
 from fireflash.protocols import GenerateRequest, SamplingParams
 from fireflash.sft.oracle import (
     OracleError,
     OracleScript,
     ToolTurn,
-    call_text,
     index_plans,
     plans_for,
     sampled_text,
@@ -63,14 +63,19 @@ def test_variants_and_submit():
         variant_turns("guess", "x", "/w")
 
 
-def test_call_text_matches_the_template_and_prefix():
+def test_sampled_text_is_the_templates_own_rendering_after_the_prefix():
+    renderer = ChatRenderer(build_tiny_tokenizer())
     turn = ToolTurn("Bash", {"command": 'echo "é" > /app/a'})
-    text = call_text(turn)
-    assert text == '<tool_call>\n{"name": "Bash", "arguments": {"command": "echo \\"é\\" > /app/a"}}\n</tool_call>'
-    assert sampled_text(turn, PREFIX) == text[len(PREFIX):]
-    assert sampled_text(turn, "") == text
+    text = '<tool_call>\n{"name": "Bash", "arguments": {"command": "echo \\"é\\" > /app/a"}}\n</tool_call>'
+    assert sampled_text(turn, renderer, "") == text
+    assert sampled_text(turn, renderer, PREFIX) == text[len(PREFIX):]
+    # byte-identical to how the template shows the model an earlier turn making the same call
+    shown = renderer.render_text([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                                  {"role": "assistant", "content": "", "tool_calls": [{"name": "Bash", "arguments": turn.arguments}]}],
+                                 add_generation_prompt=False)
+    assert text + renderer.eos_text in shown
     with pytest.raises(OracleError, match="assistant_prefix"):
-        sampled_text(turn, "Sure!")
+        sampled_text(turn, renderer, "Sure!")
 
 
 def test_oracle_script_maps_request_ids_to_plan_turns():
@@ -78,12 +83,13 @@ def test_oracle_script_maps_request_ids_to_plan_turns():
     plans = plans_for(tasks, ["direct", "look"])
     by_task = index_plans(plans)
     assert len(by_task["text-head-lines"]) == 2 * len(solution_scripts(tasks[0]))
-    script = OracleScript(by_task, PREFIX)
+    renderer = ChatRenderer(build_tiny_tokenizer())
+    script = OracleScript(by_task, renderer, PREFIX)
     params = SamplingParams(max_new_tokens=8)
     req = lambda rid: GenerateRequest(request_id=rid, prompt_ids=[1], params=params)  # noqa: E731
     plan = by_task["text-head-lines"][1]  # solve.sh, look
-    assert script(req("oracle/text-head-lines/t1#2-turn0")) == sampled_text(plan.turns[0], PREFIX)
-    assert script(req("oracle/text-head-lines/t1#1-turn2")) == sampled_text(plan.turns[2], PREFIX)
+    assert script(req("oracle/text-head-lines/t1#2-turn0")) == sampled_text(plan.turns[0], renderer, PREFIX)
+    assert script(req("oracle/text-head-lines/t1#1-turn2")) == sampled_text(plan.turns[2], renderer, PREFIX)
     assert script(req("oracle/text-head-lines/t1#1-turn3")) is None
     with pytest.raises(OracleError, match="unexpected request id"):
         script(req("eval-7"))
@@ -119,7 +125,7 @@ def test_collect_replays_through_sandboxes_and_keeps_only_solved(tmp_path):
         seg = traj.segments[0]
         sampled = [i for i, m in zip(seg.token_ids, seg.loss_mask) if m]
         # the policy's tokens are exactly the call texts after the prefix, each closed by eos
-        expected = "".join(sampled_text(t, PREFIX) + tok.eos_token for t in variant_turns(
+        expected = "".join(sampled_text(t, ChatRenderer(tok), PREFIX) + tok.eos_token for t in variant_turns(
             plan["variant"], solution_scripts(good)[plan["solution"]], good.environment.workdir))
         assert tok.decode(sampled) == expected
         assert traj.finish_reason == "submit"

@@ -193,6 +193,24 @@ class ChatRenderer:
             )
         return text[after + len(self.eos_text) :]
 
+    def assistant_text(self, content: str, tool_calls: list[dict[str, Any]]) -> str:
+        """What the policy writes for an assistant turn, as the template renders it, without the eos.
+
+        ``tool_calls`` are ``{"name", "arguments"}`` dicts. Used to write demonstrations (``fireflash.sft``)
+        in exactly the convention the template shows the model for its own earlier turns.
+
+        Raises:
+            TemplateError: the template does not end the assistant turn with its eos token.
+        """
+        head = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        before = self.render_text(head, add_generation_prompt=True)
+        text = self.render_text(head + [{"role": "assistant", "content": content, "tool_calls": tool_calls}],
+                                add_generation_prompt=False)
+        end = text.rfind(self.eos_text)
+        if not text.startswith(before) or end < len(before):
+            raise TemplateError("chat template does not render an assistant turn as generation prompt + text + eos")
+        return text[len(before):end]
+
     def fragment_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of ``fragment_text(messages)``; contents are neutralized first."""
         clean = [{**m, "content": self.neutralize(m.get("content", ""))} for m in messages]

@@ -15,6 +15,7 @@ from typing import Any
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.evaluation.trials import run_trials
 from fireflash.harness.config import HarnessConfig
+from fireflash.harness.rendering import ChatRenderer
 from fireflash.protocols import Grader, SandboxBackend, Task, Trajectory
 from fireflash.runtime.attempts import AttemptOutcome
 from fireflash.sft.oracle import OraclePlan, OracleScript, describe, index_plans, plans_for
@@ -56,7 +57,7 @@ async def collect_oracle(
     """
     plans = plans_for(tasks, variants)
     by_task = index_plans(plans)
-    engine = ScriptedEngine(tokenizer, OracleScript(by_task, harness.assistant_prefix))
+    engine = ScriptedEngine(tokenizer, OracleScript(by_task, ChatRenderer(tokenizer), harness.assistant_prefix))
     result = OracleSet()
     # run_trials runs the same number of trials per task; tasks differ in how many reference scripts they have
     for count in sorted({len(v) for v in by_task.values()}):

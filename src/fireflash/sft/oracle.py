@@ -1,7 +1,7 @@
 """Oracle trajectories: reference solutions replayed through the harness as real tool calls (issue #10).
 
 A task's ``solution/solve.sh`` and ``solution/alt_*.sh`` become assistant turns in the exact tool-call
-convention of training (the harness's ``assistant_prefix``, Hermes ``<tool_call>`` JSON). Each is run
+convention of training (rendered by the harness's own ``ChatRenderer``, after its ``assistant_prefix``). Each is run
 through ``run_attempt`` with a ``ScriptedEngine`` in a real sandbox and graded with the task's own grader;
 only passing trajectories are kept. The result is token-exact: the same chat template, fragments and
 tool-result rendering as a sampled rollout, with ``loss_mask`` = 1 exactly on the assistant tokens.
@@ -16,13 +16,13 @@ Variants teach the convention rather than the answers (different but valid tool 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fireflash.harness.rendering import ChatRenderer
 from fireflash.harness.specs import SUBMIT_COMMAND
 from fireflash.protocols import GenerateRequest, Task
 
@@ -102,23 +102,20 @@ def plans_for(tasks: Sequence[Task], variants: Sequence[str]) -> list[OraclePlan
     return plans
 
 
-def call_text(turn: ToolTurn) -> str:
-    """The turn as the tool-aware template renders an assistant tool call (``rendering.TOOL_CHATML_TEMPLATE``)."""
-    args = json.dumps(turn.arguments, ensure_ascii=False)
-    return f'<tool_call>\n{{"name": "{turn.name}", "arguments": {args}}}\n</tool_call>'
+def sampled_text(turn: ToolTurn, renderer: ChatRenderer, assistant_prefix: str) -> str:
+    """What the policy itself must write for ``turn``: the rendered call after the harness's assistant prefix.
 
-
-def sampled_text(turn: ToolTurn, assistant_prefix: str) -> str:
-    """What the policy itself must write for ``turn``: the call text after the harness's assistant prefix.
+    The call is rendered by the harness's own ``ChatRenderer`` (the template that shows the model its earlier
+    turns), so a demonstration is byte-identical to a sampled turn that makes the same call.
 
     Raises:
         OracleError: the prefix is not a prefix of the call (the convention cannot express this turn).
     """
-    text = call_text(turn)
+    text = renderer.assistant_text("", [{"name": turn.name, "arguments": turn.arguments}])
     if not text.startswith(assistant_prefix):
         raise OracleError(
-            f"harness.assistant_prefix = {assistant_prefix!r} does not start the tool-call text {text[:40]!r}; "
-            "use '' or a prefix of '<tool_call>\\n{\"name\": \"'"
+            f"harness.assistant_prefix = {assistant_prefix!r} does not start the rendered tool call {text[:40]!r}; "
+            "use '' or a prefix of the template's tool-call text"
         )
     return text[len(assistant_prefix):]
 
@@ -132,8 +129,8 @@ class OracleScript:
 
     _ID = re.compile(r"/(?P<task>[^/]+)/t(?P<index>\d+)#\d+-turn(?P<turn>\d+)$")
 
-    def __init__(self, plans: dict[str, list[OraclePlan]], assistant_prefix: str) -> None:
-        self.plans, self.prefix = plans, assistant_prefix
+    def __init__(self, plans: dict[str, list[OraclePlan]], renderer: ChatRenderer, assistant_prefix: str) -> None:
+        self.plans, self.renderer, self.prefix = plans, renderer, assistant_prefix
 
     def __call__(self, request: GenerateRequest) -> str | None:
         m = self._ID.search(request.request_id)
@@ -141,7 +138,7 @@ class OracleScript:
             raise OracleError(f"unexpected request id {request.request_id!r}")
         plan = self.plans[m["task"]][int(m["index"])]
         turn = int(m["turn"])
-        return sampled_text(plan.turns[turn], self.prefix) if turn < len(plan.turns) else None
+        return sampled_text(plan.turns[turn], self.renderer, self.prefix) if turn < len(plan.turns) else None
 
 
 def index_plans(plans: Sequence[OraclePlan]) -> dict[str, list[OraclePlan]]:
