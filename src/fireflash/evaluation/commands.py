@@ -3,10 +3,11 @@
     fireflash eval [TASKS...] --model M [-c C] [a.b=v...]        Pass@k, tokens, cost (default TASKS: bundled:heldout)
     fireflash report RUN_DIR                                      plots + summary of a training run
     fireflash report pareto RESULTS... --points CSV               cost / Pass@1 frontier (PNG + table)
+    fireflash report compare RESULTS... [--label L] [--run DIR]   Pass@1 with bootstrap CIs vs the first (alias: compare)
     fireflash tasks probe [TASKS...] [-c C] [--out M] [a.b=v...]  difficulty probe → pool manifest
 
-Mount with ``app.command("eval")(eval_command)``, ``app.add_typer(report_app, name="report")`` and
-``tasks_app.command("probe")(probe_command)``; ``app`` below holds eval and report for tests.
+Mount with ``app.command("eval")(eval_command)``, ``app.add_typer(report_app, name="report")``,
+``app.command("compare")(compare_command)`` and ``tasks_app.command("probe")(probe_command)``; ``app`` below holds eval and report for tests.
 Positional words containing '=' (``runtime.max_inflight_attempts=4``) are config overrides, the others
 task paths (directories, dirs of tasks, ``bundled:SPLIT``). Eval and probe run as training does: the
 same harness, engine and sandbox sections, ``runtime.max_inflight_attempts`` attempts at a time and
@@ -104,6 +105,12 @@ ReportOutOpt = typer.Option(None, "--out", "-o", help="Report directory (default
 ResultsArg = typer.Argument(None, help="`fireflash eval` results.json files or their directories.")
 PointsOpt = typer.Option(None, "--points", "-p", help="CSV of other systems: name,setting,cost_per_trial_usd,pass_at_1_pct.")
 ParetoOutOpt = typer.Option(Path("runs/pareto"), "--out", "-o", help="Directory for pareto.png and pareto.md.")
+CompareResultsArg = typer.Argument(..., help="`fireflash eval` results.json files or their directories; the first is the baseline.")
+LabelOpt = typer.Option(None, "--label", "-l", help="Name of each RESULTS path, in order (default: its directory name).")
+RunOpt = typer.Option(None, "--run", "-r", help="Training run directory (RL or SFT metrics.jsonl) to plot in curves.png.")
+CompareOutOpt = typer.Option(Path("runs/compare"), "--out", "-o", help="Directory for compare.png, compare.md, compare.json, curves.png.")
+ResamplesOpt = typer.Option(10_000, "--resamples", help="Bootstrap resamples of the task set.")
+SeedOpt = typer.Option(0, "--seed", help="Bootstrap random seed.")
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -227,7 +234,7 @@ class _ReportGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-report_app = typer.Typer(cls=_ReportGroup, no_args_is_help=True, help="Reports: a training run's plots, or the Pareto frontier.")
+report_app = typer.Typer(cls=_ReportGroup, no_args_is_help=True, help="Reports: a training run's plots, the Pareto frontier, or a Pass@1 comparison.")
 
 
 @report_app.command("run")
@@ -262,6 +269,49 @@ def report_pareto(
         raise typer.Exit(2) from None
     console.print(pareto_table(pts))
     console.print(f"plot: {png}, table: {md}")
+
+
+def compare_command(
+    results: list[Path] = CompareResultsArg,
+    label: list[str] | None = LabelOpt,
+    run: list[Path] | None = RunOpt,
+    out: Path = CompareOutOpt,
+    resamples: int = ResamplesOpt,
+    seed: int = SeedOpt,
+) -> None:
+    """Held-out Pass@1 of eval runs (e.g. base, SFT, SFT+RL) with 95% bootstrap CIs and the paired change vs the first."""
+    from rich import box
+    from rich.markup import escape
+
+    from fireflash.evaluation.compare import write_compare
+
+    try:
+        comparison = write_compare(results, out, labels=label, run_dirs=run or (), n_resamples=resamples, seed=seed)
+    except ValueError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(2) from None
+    trials = sorted({r.trials_per_task for r in comparison.results})
+    table = Table(title=f"Pass@1 on {len(comparison.task_ids)} common tasks × {'/'.join(map(str, trials))} trials, "
+                  f"{comparison.level:.0%} CI over tasks", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("label / model", overflow="fold")
+    for col in ["Pass@1 %", "Δ pts", "sig", "reward", "tok/solve", "lost"]:
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in comparison.results:
+        p1, d = r.pass_at_1, r.delta
+        table.add_row(
+            f"{escape(r.label)}\n[dim]{escape(r.model)}[/]", f"{100 * p1.mean:.1f}\n[{100 * p1.low:.1f}, {100 * p1.high:.1f}]",
+            "base" if d is None else f"{100 * d.mean:+.1f}\n[{100 * d.low:+.1f}, {100 * d.high:+.1f}]",
+            "" if r.significant is None else ("yes" if r.significant else "no"), f"{r.mean_reward:.3f}",
+            _fmt(r.output_tokens_per_solve, ".0f"), str(r.n_lost),
+        )
+    console.print(table)
+    dropped = [f"{r.label} {r.n_tasks_dropped}" for r in comparison.results if r.n_tasks_dropped]
+    if dropped:
+        console.print(f"[yellow]tasks dropped (not graded in every result)[/]: {', '.join(dropped)}")
+    console.print(f"plot: {out / 'compare.png'}, table: {out / 'compare.md'}" + (f", curves: {out / 'curves.png'}" if run else ""))
+
+
+report_app.command("compare")(compare_command)
 
 
 app = typer.Typer(help="Curation and evaluation.", no_args_is_help=True, add_completion=False)

@@ -1,0 +1,156 @@
+"""`fireflash compare`: task-bootstrap CIs on hand-made sets, paired change and significance, task intersection, CLI outputs."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fireflash.cli import app as cli_app
+from fireflash.evaluation.commands import app
+from fireflash.evaluation.compare import (
+    bootstrap_mean_ci,
+    compare_results,
+    paired_difference_ci,
+    run_curves,
+    task_stats,
+)
+from fireflash.evaluation.results import EvalResults, TrialResult, summarize
+from fireflash.runtime.tracking import MetricsWriter
+
+pytestmark = pytest.mark.unit
+
+
+def make_results(solved: dict[str, list[bool]], model="m", lost: dict[str, int] | None = None) -> EvalResults:
+    """One task per key; ``solved[task]`` lists its graded trials, ``lost[task]`` adds lost trials after them."""
+    trials = []
+    for tid, outcomes in solved.items():
+        rows = [(s, False) for s in outcomes] + [(False, True)] * (lost or {}).get(tid, 0)
+        for i, (ok, is_lost) in enumerate(rows):
+            trials.append(TrialResult(task_id=tid, trial=i, attempt_id=f"{tid}-{i}", category="c", lost=is_lost, solved=ok,
+                                      reward=float(ok), n_output_tokens=0 if is_lost else 100))
+    overall, tasks, categories = summarize(trials, [1])
+    return EvalResults(model=model, created_at="2025-01-01T00:00:00+00:00", trials_per_task=max(map(len, solved.values())),
+                       ks=[1], overall=overall, tasks=tasks, categories=categories, trials=trials)
+
+
+def eleven_tasks(n_solved: int, trials: int = 5) -> dict[str, list[bool]]:
+    return {f"t{i:02d}": [i < n_solved] * trials for i in range(11)}
+
+
+def test_all_equal_tasks_give_a_zero_width_interval():
+    iv = bootstrap_mean_ci([0.6] * 8, n_resamples=2000, seed=1)
+    assert iv.mean == pytest.approx(0.6) and iv.low == iv.high == pytest.approx(0.6)
+    assert not bootstrap_mean_ci([0.0] * 5).excludes_zero
+
+
+def test_interval_contains_the_mean_and_is_deterministic_with_the_seed():
+    values = [0.0, 0.2, 0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 0.0, 0.4]
+    iv = bootstrap_mean_ci(values, seed=7)
+    assert iv.mean == pytest.approx(np.mean(values))
+    assert iv.low < iv.mean < iv.high and 0.0 <= iv.low and iv.high <= 1.0
+    # standard error of the mean ≈ 0.11 → a 95% interval about ±0.21 wide on each side
+    assert 0.3 < iv.high - iv.low < 0.55
+    assert bootstrap_mean_ci(values, seed=7) == iv
+    # Pass@1 values sit on a lattice, so two seeds can agree on the quantiles; irregular values cannot
+    irregular = [0.03, 0.17, 0.22, 0.41, 0.58, 0.79, 0.95, 0.99, 0.08, 0.36]
+    assert bootstrap_mean_ci(irregular, seed=7) != bootstrap_mean_ci(irregular, seed=8)
+
+
+def test_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one task"):
+        bootstrap_mean_ci([])
+    with pytest.raises(ValueError, match="--resamples"):
+        bootstrap_mean_ci([0.5], n_resamples=0)
+    with pytest.raises(ValueError, match="aligned"):
+        paired_difference_ci([0.1, 0.2], [0.3])
+
+
+def test_paired_difference_sign_and_significance():
+    a = make_results(eleven_tasks(3), model="base")
+    b = make_results(eleven_tasks(8), model="rl")
+    cmp = compare_results([("a/results.json", a), ("b/results.json", b)], ["A", "B"])
+    base, rl = cmp.results
+    assert base.delta is None and base.significant is None
+    assert base.pass_at_1.mean == pytest.approx(3 / 11) and rl.pass_at_1.mean == pytest.approx(8 / 11)
+    assert rl.delta.mean == pytest.approx(5 / 11) and rl.delta.low > 0 and rl.significant
+    # the other way round the change is negative and still significant
+    back = compare_results([("b", b), ("a", a)], ["B", "A"]).results[1]
+    assert back.delta.mean == pytest.approx(-5 / 11) and back.delta.high < 0 and back.significant
+    # one extra solved task out of 11 is within noise
+    near = compare_results([("a", a), ("c", make_results(eleven_tasks(4)))], ["A", "C"]).results[1]
+    assert near.delta.mean == pytest.approx(1 / 11) and near.delta.low <= 0 and not near.significant
+
+
+def test_per_task_pass_at_1_excludes_and_counts_lost_trials():
+    res = make_results({"x": [True, False, True, True], "y": [False, False], "z": []}, lost={"x": 1, "z": 3})
+    stats = task_stats(res)
+    assert set(stats) == {"x", "y"} and stats["x"].pass_at_1 == pytest.approx(0.75) and stats["x"].n_solved == 3
+    row = compare_results([("r", res)]).results[0]
+    assert row.n_lost == 4 and row.n_tasks == 2 and row.n_tasks_dropped == 1  # z: every trial lost
+    assert row.output_tokens_per_solve == pytest.approx(600 / 3)  # 6 graded trials × 100 tokens / 3 solves
+    none = compare_results([("r", make_results({"x": [False, False]}))]).results[0]
+    assert none.output_tokens_per_solve is None and none.pass_at_1.mean == 0.0
+
+
+def test_mismatched_task_sets_are_compared_on_their_intersection():
+    a = make_results({"t1": [True], "t2": [False], "t3": [True], "only_a": [True]})
+    b = make_results({"t3": [True], "t1": [True], "t2": [True], "only_b1": [False], "only_b2": [False]})
+    cmp = compare_results([("a", a), ("b", b)], ["a", "b"])
+    assert cmp.task_ids == ["t1", "t2", "t3"]
+    assert [r.n_tasks_dropped for r in cmp.results] == [1, 2]
+    assert cmp.results[0].pass_at_1.mean == pytest.approx(2 / 3) and cmp.results[1].pass_at_1.mean == 1.0
+    with pytest.raises(ValueError, match="no task has a graded trial in every result"):
+        compare_results([("a", a), ("c", make_results({"other": [True]}))])
+    with pytest.raises(ValueError, match="one --label per RESULTS"):
+        compare_results([("a", a), ("b", b)], ["only one"])
+
+
+def test_run_without_metrics_is_named(tmp_path):
+    with pytest.raises(ValueError, match="metrics.jsonl: missing or empty"):
+        run_curves([tmp_path])
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer.write(1, {"trainer/idle_share": 0.2})
+    writer.close()
+    with pytest.raises(ValueError, match="logged none of rollout/reward_mean"):
+        run_curves([tmp_path])
+
+
+def test_cli_writes_plot_table_and_curves(tmp_path):
+    paths = []
+    for name, n in [("base", 1), ("sft", 3), ("rl", 8)]:
+        make_results(eleven_tasks(n), model=f"m-{name}").save(tmp_path / name / "results.json")
+        paths.append(str(tmp_path / name))
+    sft_run, rl_run = tmp_path / "runs" / "sft", tmp_path / "runs" / "local"
+    writer = MetricsWriter(sft_run, tensorboard=False)
+    for step in range(1, 6):
+        writer.write(step, {"loss": 2.0 / step, "accuracy": 0.1 * step})
+    writer.close()
+    writer = MetricsWriter(rl_run, tensorboard=False)
+    for step in range(1, 6):
+        writer.write(step, {"rollout/reward_mean": 0.1 * step, "rollout/pass_rate": 0.1 * step, "entropy/mean": 0.5 - 0.01 * step,
+                            "loss": -0.3})  # the GRPO loss: not drawn in the SFT loss panel
+    writer.close()
+
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(app, ["report", "compare", *paths, "--run", str(sft_run), "--run", str(rl_run),
+                                      "--out", str(out), "--resamples", "2000"])
+    assert result.exit_code == 0, result.output
+    assert "yes" in result.output and "+63.6" in result.output and "m-base" in result.output
+    for png in ("compare.png", "curves.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "compare.md").read_text()
+    assert "| base | m-base | 11 | 5 | 9.1 |" in md and "| rl | m-rl | 11 | 5 | 72.7 |" in md
+    assert "+63.6 |" in md and "| loss | sft | 5 | 2 | 0.4 |" in md and "| entropy/mean | local | 5 | 0.49 | 0.45 |" in md
+    assert "| loss | local |" not in md
+    saved = json.loads((out / "compare.json").read_text())
+    assert [r["significant"] for r in saved["results"]] == [None, False, True] and saved["n_resamples"] == 2000
+
+    # the top-level alias, labels, and a bad file named in the error
+    out2 = tmp_path / "cmp2"
+    result = CliRunner().invoke(cli_app, ["compare", paths[0], paths[2], "-l", "B", "-l", "R", "--out", str(out2)])
+    assert result.exit_code == 0, result.output
+    assert (out2 / "compare.png").exists() and "| R |" in (out2 / "compare.md").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    bad = CliRunner().invoke(cli_app, ["compare", paths[0], str(tmp_path / "bad.json"), "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "bad.json" in bad.output and not (tmp_path / "x").exists()
