@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
-from fireflash.evaluation.commands import eval_command, probe_command, report_app
+from fireflash.evaluation.commands import compare_command, eval_command, probe_command, report_app
 from fireflash.harness.commands import app as agent_app
+from fireflash.sft.commands import sft_command
 from fireflash.tasks.commands import app as tasks_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
@@ -35,6 +36,8 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(agent_app, name="agent")
 app.add_typer(report_app, name="report")
 app.command("eval")(eval_command)
+app.command("compare")(compare_command)
+app.command("sft")(sft_command)
 tasks_app.command("probe")(probe_command)
 console = Console()
 
@@ -61,20 +64,28 @@ def train(
 ) -> None:
     """Train the policy with asynchronous GRPO on sandboxed agent rollouts (RECIPE.md §1, §5)."""
     cfg = resolve_config(config, (overrides or []) + (["runtime.mode=sync"] if sync else []))
-    if dry_run:
+    from fireflash.runtime.placement import PlacementError
+
+    if dry_run:  # prints the placement of a Ray run too; imports neither Ray nor a model
         from fireflash.runtime.job import describe_plan
 
-        console.print(describe_plan(cfg))
+        try:
+            console.print(describe_plan(cfg))
+        except PlacementError as e:
+            typer.echo(f"PlacementError: {e}", err=True)
+            raise typer.Exit(2) from None
         return
     from fireflash.models import ModelNotFound
     from fireflash.runtime.job import run_training
+    from fireflash.runtime.ray_backend import RayUnavailable, WorkersLost
     from fireflash.sandbox import SandboxUnavailable
     from fireflash.tasks import TaskLoadError
     from fireflash.training.checkpoint import CheckpointError
 
     try:
         run_dir = run_training(cfg, resume=resume)
-    except (CheckpointError, TaskLoadError, SandboxUnavailable, ModelNotFound) as e:
+    except (CheckpointError, TaskLoadError, SandboxUnavailable, ModelNotFound, PlacementError, RayUnavailable,
+            WorkersLost) as e:
         typer.echo(f"{type(e).__name__}: {e}", err=True)
         raise typer.Exit(2) from None
     console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, trajectories/, tensorboard/)")

@@ -1,14 +1,65 @@
-"""Runtime configuration: the async loop's sizes (RECIPE.md §1, §5)."""
+"""Runtime configuration: the async loop's sizes (RECIPE.md §1, §5) and, for the Ray backend, placement."""
+
+from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RayConfig(BaseModel):
+    """``[runtime.ray]``: the cluster a Ray run assumes and how its roles share it (RECIPE.md §1).
+
+    GPUs are split between the trainer workers and the rollout engines (reference: half and half);
+    sandboxes and graders are CPU work inside rollout workers, which Ray spreads over any node.
+    ``fireflash train --dry-run`` prints the resulting placement without starting anything.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(
+        None, description="Ray cluster to join: 'auto' (a cluster started with `ray start` on this node) or "
+        "'ray://host:10001'; None starts a local Ray instance on this machine."
+    )
+    num_nodes: int = Field(
+        1, ge=1, description="Nodes the placement plan assumes (its GPUs are checked against the cluster at start)."
+    )
+    gpus_per_node: int = Field(0, ge=0, description="GPUs on each node; 0 plans a CPU-only run.")
+    trainer_gpu_share: float = Field(
+        0.5, gt=0, lt=1, description="Share of all GPUs given to trainer workers; the rest run rollout engines "
+        "(RECIPE.md §1: 0.5)."
+    )
+    num_trainer_workers: int | None = Field(
+        None, ge=1, description="Trainer processes (FSDP2 ranks); None: one per trainer GPU, or 1 without GPUs."
+    )
+    gpus_per_engine: int | None = Field(
+        None, ge=1, description="GPUs per rollout engine; None: the engine's tensor-parallel size from engine.args "
+        "(tp-size / tensor-parallel-size), else 1."
+    )
+    num_rollout_workers: int = Field(
+        1, ge=1, description="Rollout worker actors; each runs its share of max_inflight_attempts (fork sandbox → "
+        "harness → grade) and holds (local engine) or calls (server engine) one engine."
+    )
+    num_cpus_per_rollout_worker: float = Field(
+        1.0, gt=0,
+        description="Ray CPUs reserved by each rollout worker (sandboxes, graders, a local engine's threads).",
+    )
+    num_cpus_per_trainer_worker: float = Field(1.0, gt=0, description="Ray CPUs reserved by each trainer worker.")
+    max_worker_restarts: int = Field(
+        3, ge=0, description="Times Ray restarts a dead rollout worker; its in-flight attempts are retried "
+        "(runtime.max_attempt_retries) or counted as lost."
+    )
+    worker_start_timeout_sec: float = Field(
+        300.0, gt=0, description="Seconds to wait for a (re)started actor to answer before it counts as dead."
+    )
 
 
 class RuntimeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "ray"] = Field("local", description="'local' (asyncio + threads) or 'ray' (actors).")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="'local' (asyncio + threads, one machine) or 'ray' (actors; see [runtime.ray])."
+    )
     mode: Literal["async", "sync"] = Field("async", description="'sync' exists only as the idle-time baseline.")
     steps: int = Field(10, ge=1, description="Optimizer steps to run.")
     group_size: int = Field(12, ge=2, description="Attempts per task in a GRPO group (RECIPE.md §5).")
@@ -28,3 +79,14 @@ class RuntimeConfig(BaseModel):
         "(the local half-and-half split); None = half the cores.",
     )
     seed: int = Field(0, description="Seed of task order and sampling.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster and placement.")
+
+    @model_validator(mode="after")
+    def _ray_fits(self) -> RuntimeConfig:
+        if self.backend == "ray" and self.ray.num_rollout_workers > self.max_inflight_attempts:
+            raise ValueError(
+                f"runtime.ray.num_rollout_workers ({self.ray.num_rollout_workers}) > runtime.max_inflight_attempts "
+                f"({self.max_inflight_attempts}): a worker would have no attempt to run; lower the workers or raise "
+                "the attempts in flight"
+            )
+        return self

@@ -1,6 +1,7 @@
 """`fireflash train`: build every stage from the config tree and run the loop (reads top to bottom).
 
     tasks → sandbox backend → tokenizer, trainer policy, engine → LocalRuntime.run → checkpoints, report
+    runtime.backend = "ray": tasks → placement → ray.init → RayRuntime.run (actors build their own parts)
 
 Builders hand flat arguments to each class (STYLE.md 15); nothing below receives the whole tree.
 """
@@ -77,6 +78,8 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
     model_dir = resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir)
     start_dir = latest_checkpoint(run_dir / "checkpoints") if resume else model_dir
+    if cfg.runtime.backend == "ray":
+        return await _train_ray(cfg, resume, run_dir, tasks, model_dir, start_dir)
     tokenizer = load_tokenizer(str(model_dir), cfg.model.cache_dir)
     trainer = Trainer(
         load_policy(str(start_dir)), tokenizer, cfg.training, cfg.rl, temperature=cfg.harness.sampling.temperature
@@ -115,6 +118,70 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         close = getattr(engine, "close", None)
         if close is not None:
             await close()
+    _summarize(cfg, runtime, run_dir, start)
+    return run_dir
+
+
+async def _train_ray(
+    cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: list[Any], model_dir: Path, start_dir: Path
+) -> Path:
+    """The Ray backend: actors build the engine, sandboxes and trainer themselves from flat arguments."""
+    from functools import partial
+
+    from fireflash.runtime.placement import PlacementError, plan_placement
+    from fireflash.runtime.ray_actors import build_rollout_parts, build_trainer
+    from fireflash.runtime.ray_backend import RayRuntime, RayUnavailable
+    from fireflash.runtime.tracking import MetricsWriter
+
+    rt = cfg.runtime
+    placement = plan_placement(rt.ray, cfg.engine, rt.max_inflight_attempts)
+    if not placement.engines_in_workers:
+        raise PlacementError(
+            f"runtime.backend = 'ray' publishes weights through the object store to in-process engines; "
+            f"engine.kind = {cfg.engine.kind!r} needs the collective weight sync (issue 11), not wired to the Ray "
+            "backend yet: use engine.kind = 'local' (or runtime.backend = 'local')"
+        )
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("runtime.backend = 'ray' needs Ray: pip install 'fireflash[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        # workers start with this interpreter, so on one node they share its virtual environment
+        ray.init(address=rt.ray.address, include_dashboard=False)
+    writer = MetricsWriter(run_dir, cfg.tracking.tensorboard)
+    runtime = RayRuntime(
+        tasks=tasks,
+        build_rollout=partial(build_rollout_parts, engine=cfg.engine, model_dir=str(start_dir), sandbox=cfg.sandbox,
+                              cache_dir=cfg.model.cache_dir, num_cpus=placement.cpus_per_rollout_worker),
+        build_trainer=partial(build_trainer, model_dir=str(start_dir), tokenizer_dir=str(model_dir),
+                              training=cfg.training, objective=cfg.rl, temperature=cfg.harness.sampling.temperature,
+                              cache_dir=cfg.model.cache_dir),
+        placement=placement, harness=cfg.harness, objective=cfg.rl, run_dir=run_dir, steps=rt.steps,
+        group_size=rt.group_size, groups_per_step=rt.groups_per_step, max_inflight_attempts=rt.max_inflight_attempts,
+        max_attempt_retries=rt.max_attempt_retries, discard_zero_signal_groups=rt.discard_zero_signal_groups,
+        seed=rt.seed, max_worker_restarts=rt.ray.max_worker_restarts,
+        worker_start_timeout_sec=rt.ray.worker_start_timeout_sec,
+        mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
+        checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
+        save_trajectories=cfg.tracking.save_trajectories,
+    )
+    console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
+    start = time.perf_counter()
+    try:
+        with Live(_Status(runtime, rt.steps), console=console, refresh_per_second=1):
+            await runtime.run()
+    finally:
+        writer.close()
+        if started:
+            ray.shutdown()
+    _summarize(cfg, runtime, run_dir, start)
+    return run_dir
+
+
+def _summarize(cfg: FireFlashConfig, runtime: Any, run_dir: Path, start: float) -> None:
+    """The end of a run: steps, version, where the report is (or why no step happened)."""
+    trainer = runtime.trainer
     if runtime.stopped_at_wall_limit:
         more = ": continue with --resume" if trainer.step else ""
         console.print(f"[yellow]stopped at runtime.max_wall_sec={cfg.runtime.max_wall_sec}[/]{more}")
@@ -130,7 +197,6 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
             f"(every attempt scored the same), {t.groups_lost} were lost; a policy that never solves a task gives "
             f"GRPO nothing to learn from — probe the pool (fireflash tasks probe) or warm the policy up first"
         )
-    return run_dir
 
 
 def run_training(cfg: FireFlashConfig, resume: bool = False) -> Path:
@@ -139,7 +205,11 @@ def run_training(cfg: FireFlashConfig, resume: bool = False) -> Path:
 
 
 def describe_plan(cfg: FireFlashConfig) -> str:
-    """What ``fireflash train`` would do with ``cfg``, without loading models or starting sandboxes."""
+    """What ``fireflash train`` would do with ``cfg``, without loading models, starting sandboxes or Ray.
+
+    Raises:
+        fireflash.runtime.placement.PlacementError: a Ray placement that does not fit (names the fields).
+    """
     rt = cfg.runtime
     attempts = rt.group_size * rt.groups_per_step
     lines = [
@@ -158,4 +228,10 @@ def describe_plan(cfg: FireFlashConfig) -> str:
     ]
     if rt.backend == "local":
         lines.insert(1, f"placement: one process; engine thread and trainer thread with {threads_per_role(rt.threads_per_role)} torch threads each")
+    else:
+        from fireflash.runtime.placement import plan_placement
+
+        placement = plan_placement(rt.ray, cfg.engine, rt.max_inflight_attempts).describe()
+        where = f"join the Ray cluster at {rt.ray.address}" if rt.ray.address else "start a local Ray instance"
+        lines[1:1] = [f"placement (Ray; {where}):", *(f"  {line}" for line in placement)]
     return "\n".join(lines)

@@ -44,9 +44,15 @@ class MeteredEngine:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.busy_sec = 0.0
+        self._closed_busy_sec = 0.0  # busy periods that have ended
         self._inflight = 0
         self._since = 0.0
+
+    @property
+    def busy_sec(self) -> float:
+        """Busy seconds so far, the period still open included (an engine that never drains is busy)."""
+        open_sec = time.perf_counter() - self._since if self._inflight else 0.0
+        return self._closed_busy_sec + open_sec
 
     @property
     def weight_version(self) -> int:
@@ -61,7 +67,7 @@ class MeteredEngine:
         finally:
             self._inflight -= 1
             if self._inflight == 0:
-                self.busy_sec += time.perf_counter() - self._since
+                self._closed_busy_sec += time.perf_counter() - self._since
 
     async def update_weights(self, weights: Mapping[str, Any] | Path, version: int) -> None:
         await self.engine.update_weights(weights, version)
@@ -122,6 +128,12 @@ class LocalRuntime:
 
     Builders hand it built parts (STYLE.md 15): the trainer owns the policy being trained, ``engine``
     samples with its own copy, ``graders`` maps a task to its grader.
+
+    ``max_queued_groups`` bounds the complete groups waiting for the trainer (default: ``groups_per_step
+    × max_staleness``, at least one step's worth): past it, workers start no new attempt until the trainer
+    takes a batch. A group queued behind that many would be trained ``max_staleness`` versions after it
+    was sampled, with every turn masked, so the bound only stops wasted work; without it, rollouts that
+    outpace the trainer grow the queue, its staleness and memory without end.
     """
 
     def __init__(
@@ -150,6 +162,7 @@ class LocalRuntime:
         cursor: dict[str, Any] | None = None,
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
+        max_queued_groups: int | None = None,
     ) -> None:
         self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
         self.engine = MeteredEngine(engine)
@@ -164,6 +177,13 @@ class LocalRuntime:
         self.writer, self.save_trajectories = writer, save_trajectories
         self.ready: list[tuple[int, Group]] = []  # complete groups waiting for the trainer, oldest first
         self._ready_changed = asyncio.Event()
+        self.max_queued = max_queued_groups or groups_per_step * max(1, objective.max_staleness)
+        if self.max_queued < groups_per_step:
+            raise ValueError(
+                f"max_queued_groups={max_queued_groups} < groups_per_step={groups_per_step}: the trainer could never "
+                "get a batch; allow at least one step's groups"
+            )
+        self._taken = asyncio.Event()  # the trainer took a batch off ``ready``
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
         self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
@@ -182,6 +202,9 @@ class LocalRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
+            while len(self.ready) >= self.max_queued:
+                self._taken.clear()
+                await self._taken.wait()
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
@@ -217,6 +240,7 @@ class LocalRuntime:
             except TimeoutError:
                 return None
         got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
+        self._taken.set()
         if self.mode == "sync":  # drain: the engine must be idle while the trainer works
             self._generate.clear()
             while self.running_attempts:
@@ -251,19 +275,24 @@ class LocalRuntime:
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
             }
+            self.history.append(metrics)
+            # the row before the checkpoint: a kill between the two then reruns a logged step (its row is
+            # dropped on resume) instead of losing the row of a checkpointed one
+            if self.writer is not None:
+                self.writer.write(self.trainer.step, metrics)
             if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
                 cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
                 await asyncio.to_thread(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
-            self.history.append(metrics)
-            if self.writer is not None:
-                self.writer.write(self.trainer.step, metrics)
 
     async def run(self) -> list[dict[str, float]]:
         """Run until ``steps`` optimizer steps are done; returns each step's metrics.
 
         Workers are cancelled when training finishes (their sandboxes are closed by ``scored_attempt``);
-        parents are closed by the caller through ``backend.close()``.
+        parents are closed by the caller through ``backend.close()``. Metrics rows past the trainer's
+        (restored) step, left by a run killed after its last checkpoint, are dropped first.
         """
+        if self.writer is not None:
+            self.writer.drop_after(self.trainer.step)
         workers = [asyncio.create_task(self._worker()) for _ in range(self.max_inflight)]
         try:
             trainer = asyncio.create_task(self._train())

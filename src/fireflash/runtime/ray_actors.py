@@ -1,0 +1,230 @@
+"""The Ray backend's actors: rollout workers and trainer workers, plus the default builders of their parts.
+
+Actors build their own parts (sandbox backend, engine, tokenizer, graders, trainer) from a picklable
+builder, so nothing that holds threads, processes or a model crosses the wire. Both classes are plain
+Python; ``ray_backend`` wraps them with ``ray.remote`` and the placement's resources.
+
+    RolloutWorker(build_rollout, index, ...)      async actor: many attempts at once, each
+        .attempt(slot, retries, version) → outcome  fork sandbox → harness → grade (``scored_attempt``)
+        .update_weights(state, version)             the engine loads new weights between turns
+    TrainerWorker(build_trainer, rank, world_size)  one per trainer process (FSDP2 rank when > 1)
+        .setup(master_addr, port) → .train_step(groups) → .state_dict() (rank 0) → .save_checkpoint(...)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fireflash.engines.config import EngineConfig
+from fireflash.harness.config import HarnessConfig
+from fireflash.protocols import Engine, Grader, SandboxBackend, Task
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
+from fireflash.runtime.groups import Slot
+from fireflash.runtime.local import MeteredEngine
+from fireflash.sandbox.config import SandboxConfig
+from fireflash.training.config import TrainerConfig
+
+
+@dataclass
+class RolloutParts:
+    """What one rollout worker runs attempts with (built inside the worker's process)."""
+
+    backend: SandboxBackend
+    engine: Engine
+    tokenizer: Any
+    grader_for: Callable[[Task], Grader]
+
+
+class EngineBehind(RuntimeError):
+    """A worker was asked for an attempt on newer weights than its engine holds (it restarted unnoticed)."""
+
+
+RolloutBuilder = Callable[[int], RolloutParts]
+"""``build(worker_index) → RolloutParts``; must be picklable (a module-level function or a partial of one)."""
+
+TrainerBuilder = Callable[[int, int], Any]
+"""``build(rank, world_size) → Trainer``; called after MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE are set."""
+
+
+def _set_threads(num_cpus: float) -> None:
+    import torch
+
+    # the actor's CPU reservation is its thread budget: the Ray analogue of the local threads_per_role
+    torch.set_num_threads(max(1, int(num_cpus)))
+
+
+class RolloutWorker:
+    """Runs attempts concurrently on one event loop; holds (or calls) one engine. A Ray async actor.
+
+    Args:
+        build: builds this worker's parts from its index.
+        index: the worker's index among the rollout workers (passed to ``build``).
+        harness: the agent loop's limits and sampling.
+        hang_margin_sec: see ``scored_attempt``.
+        num_cpus: the worker's Ray CPU reservation (its torch thread budget).
+    """
+
+    def __init__(
+        self, build: RolloutBuilder, index: int, harness: HarnessConfig, hang_margin_sec: float, num_cpus: float
+    ) -> None:
+        _set_threads(num_cpus)
+        self.parts = build(index)
+        self.engine = MeteredEngine(self.parts.engine)
+        self.parents = ParentPool(self.parts.backend)
+        self.index, self.harness, self.hang_margin_sec = index, harness, hang_margin_sec
+
+    async def ping(self) -> int:
+        """This incarnation's process id (changes when Ray restarts the worker)."""
+        return os.getpid()
+
+    async def attempt(self, slot: Slot, max_retries: int, min_weight_version: int) -> AttemptOutcome:
+        """One scored attempt with up to ``max_retries`` retries (never raises for infrastructure failures).
+
+        The trajectory's metadata records which worker process ran it (``rollout_worker``).
+
+        Raises:
+            EngineBehind: the engine's weights are older than ``min_weight_version``, the newest the driver
+                published; the driver sends them and asks again.
+        """
+        if self.engine.weight_version < min_weight_version:
+            raise EngineBehind(f"engine holds weight version {self.engine.weight_version} < {min_weight_version}")
+        p = self.parts
+        outcome = await scored_attempt(
+            slot.task, lambda: self.parents.get(slot.task), self.engine, p.tokenizer, self.harness,
+            p.grader_for(slot.task), slot.attempt_id, max_retries, self.hang_margin_sec,
+        )
+        if outcome.trajectory is not None:
+            outcome.trajectory.metadata["rollout_worker"] = {"index": self.index, "pid": os.getpid()}
+        return outcome
+
+    async def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Load new weights into the engine; in-flight attempts continue, their next turns use ``version``."""
+        await self.engine.update_weights(weights, version)
+
+    async def engine_busy_sec(self) -> tuple[int, float]:
+        """(process id, seconds the engine has had a request in flight since this incarnation started)."""
+        return os.getpid(), self.engine.busy_sec
+
+    async def close(self) -> None:
+        """Close the sandbox backend (parents and forks) and the engine's own resources."""
+        await self.parts.backend.close()
+        close = getattr(self.parts.engine, "close", None)
+        if close is not None:
+            await close()
+
+
+class TrainerWorker:
+    """One trainer process. Rank 0's metrics and weights stand for the group (FSDP2 ranks agree on both).
+
+    Args:
+        build: builds the trainer for (rank, world_size) once the rendezvous variables are set.
+        rank / world_size: this worker's place among ``runtime.ray.num_trainer_workers``.
+        num_cpus: the worker's Ray CPU reservation (its torch thread budget).
+    """
+
+    def __init__(self, build: TrainerBuilder, rank: int, world_size: int, num_cpus: float) -> None:
+        _set_threads(num_cpus)
+        self.build, self.rank, self.world_size = build, rank, world_size
+        self.trainer: Any = None
+
+    def address(self) -> tuple[str, int]:
+        """(node IP, a free port) for the process group's rendezvous (asked of rank 0)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def setup(self, master_addr: str, master_port: int) -> tuple[int, int]:
+        """Set the torch.distributed rendezvous variables and build the trainer; returns (step, version).
+
+        With several ranks every worker's ``setup`` must run at once (the builder joins the group).
+        """
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        self.trainer = self.build(self.rank, self.world_size)
+        return self.progress()
+
+    def progress(self) -> tuple[int, int]:
+        return self.trainer.step, self.trainer.weight_version
+
+    def restore(self, root: str) -> dict[str, Any]:
+        """Optimizer, RNG, step and version from the latest checkpoint under ``root``; returns its cursor."""
+        return self.trainer.restore(Path(root))
+
+    def train_step(self, groups: list[Any]) -> tuple[dict[str, float], int, int]:
+        """One optimizer step (stale turns masked by the trainer); returns (metrics, step, version)."""
+        metrics = self.trainer.train_step(groups)
+        return metrics, self.trainer.step, self.trainer.weight_version
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The new weights for the engines from rank 0 (Ray stores them in the object store once); None elsewhere.
+
+        Every rank calls the trainer's ``state_dict``: a sharded trainer gathers the full weights collectively.
+        """
+        state = self.trainer.state_dict()
+        return state if self.rank == 0 else None
+
+    def save_checkpoint(self, root: str, cursor: dict[str, Any]) -> str:
+        return str(self.trainer.save_checkpoint(Path(root), cursor))
+
+
+def build_rollout_parts(
+    index: int, *, engine: EngineConfig, model_dir: str, sandbox: SandboxConfig, cache_dir: str | None, num_cpus: float,
+) -> RolloutParts:
+    """The default rollout builder for ``fireflash train`` (use with ``functools.partial``).
+
+    A local engine gets the worker's CPU reservation as its thread budget unless ``engine.num_threads``
+    is set. Every worker builds each task's grader once.
+    """
+    from fireflash.engines import make_engine
+    from fireflash.grading import make_grader
+    from fireflash.models import load_tokenizer
+    from fireflash.sandbox import make_backend
+
+    if engine.num_threads is None:
+        engine = engine.model_copy(update={"num_threads": max(1, int(num_cpus))})
+    graders: dict[str, Grader] = {}
+
+    def grader_for(task: Task) -> Grader:
+        if task.id not in graders:
+            graders[task.id] = make_grader(task.grader)
+        return graders[task.id]
+
+    return RolloutParts(
+        backend=make_backend(sandbox), engine=make_engine(engine, model_dir, cache_dir=cache_dir),
+        tokenizer=load_tokenizer(model_dir, cache_dir), grader_for=grader_for,
+    )
+
+
+def build_trainer(
+    rank: int, world_size: int, *, model_dir: str, tokenizer_dir: str, training: TrainerConfig,
+    objective: ObjectiveConfig, temperature: float, cache_dir: str | None,
+) -> Any:
+    """The default trainer builder for ``fireflash train`` (use with ``functools.partial``).
+
+    One worker: the single-process ``Trainer``. Several: this rank of the FSDP2 trainer
+    (``fireflash.training.fsdp``), joining the group at MASTER_ADDR / MASTER_PORT that ``TrainerWorker.setup``
+    set; Ray gives each worker its own GPU, so its local device index is 0.
+    """
+    from fireflash.models import load_policy, load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir, cache_dir)
+    if world_size > 1:
+        from fireflash.models import resolve_model_dir
+        from fireflash.training.fsdp import build_fsdp_trainer
+
+        return build_fsdp_trainer(
+            str(resolve_model_dir(model_dir, cache_dir)), training, objective, temperature, rank=rank,
+            world_size=world_size, master_addr=os.environ["MASTER_ADDR"], master_port=int(os.environ["MASTER_PORT"]),
+            local_rank=0, tokenizer=tokenizer,
+        )
+    from fireflash.training.trainer import Trainer
+
+    return Trainer(load_policy(model_dir, cache_dir), tokenizer, training, objective, temperature=temperature)

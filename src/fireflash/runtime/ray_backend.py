@@ -1,0 +1,477 @@
+"""The asynchronous RL loop on Ray: LocalRuntime's roles as actors, the path to many machines (RECIPE.md §1).
+
+    driver (RayRuntime, asyncio)                         actors (ray_actors.py)
+      GroupScheduler → slot ───────────────►  RolloutWorker × N: fork sandbox → harness → grade
+      finish_group ◄── AttemptOutcome ──────    (max_inflight_attempts spread over the workers)
+      complete groups → ray.put ───────────►  TrainerWorker × W: train_step (stale turns masked)
+      WeightPublisher: rank 0's state dict → object store → every RolloutWorker.update_weights(version + 1)
+
+The semantics are the local backend's, from the same code: ``GroupScheduler`` issues slots and keeps the
+resume cursor, ``scored_attempt`` retries infrastructure failures inside a worker, ``finish_group`` turns
+outcomes into advantages or drops zero-signal / lost groups, the ``Trainer`` masks stale turns. The driver
+keeps ``max_inflight_attempts`` attempt calls running whatever the trainer does (rollouts never wait for
+it), and sends new weights after each step while those attempts go on (their next turns use the new
+version). A rollout worker that dies costs its in-flight attempts one try each: Ray restarts it (up to
+``max_worker_restarts``), the driver retries the attempts (on any live worker) and sends the restarted
+worker the newest weights before its first attempt. Metrics go to the same ``MetricsWriter`` with the same
+keys, so ``fireflash report`` reads a Ray run like a local one.
+
+Simplifications, named: the trainer role is not restarted (a dead trainer ends the run; ``--resume``
+continues from the last checkpoint); the publisher ships full state dicts through the object store, which
+suits in-process engines — server engines take the collective (NCCL / gloo) weight sync instead; run_dir
+must be on storage every node sees.
+
+    runtime = RayRuntime(tasks=..., build_rollout=..., build_trainer=..., placement=plan_placement(...), ...)
+    history = asyncio.run(runtime.run())      # ray.init(...) first
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fireflash.harness.config import HarnessConfig
+from fireflash.protocols import Group, Task
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.rl.metrics import detect_entropy_rise
+from fireflash.runtime.attempts import AttemptOutcome, error_info
+from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
+from fireflash.runtime.local import RolloutStats
+from fireflash.runtime.placement import Placement, PlacementError
+from fireflash.runtime.ray_actors import EngineBehind, RolloutBuilder, RolloutWorker, TrainerBuilder, TrainerWorker
+from fireflash.runtime.tracking import MetricsWriter
+
+
+class RayUnavailable(RuntimeError):
+    """``runtime.backend = "ray"`` but Ray is not installed."""
+
+
+class WorkersLost(RuntimeError):
+    """Every rollout worker died for good (its restarts spent, or it could not be built)."""
+
+
+@dataclass
+class TrainerProgress:
+    """The trainer's step and weight version as the driver last saw them (read by the live view)."""
+
+    step: int = 0
+    weight_version: int = 0
+
+
+@dataclass
+class _Worker:
+    """The driver's view of one rollout worker actor."""
+
+    handle: Any
+    index: int
+    pid: int = 0  # process id of the incarnation last seen; a new one means Ray restarted it
+    version: int = 0  # weight version its engine holds; -1 after a restart
+    inflight: int = 0
+    alive: bool = True
+    restarts: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class WeightPublisher:
+    """Trainer rank 0 → every rollout worker: one state dict in the object store, then a version bump.
+
+    Keeps the newest weights' reference so that a restarted worker catches up before its next attempt.
+    """
+
+    def __init__(self) -> None:
+        self.ref: Any = None
+        self.version = 0
+
+    async def publish(
+        self, trainers: Sequence[Any], workers: Sequence[_Worker], version: int
+    ) -> list[tuple[_Worker, BaseException]]:
+        """Send rank 0's weights as ``version`` to every live worker; returns the workers that died meanwhile."""
+        refs = [t.state_dict.remote() for t in trainers]  # every rank: a sharded trainer gathers collectively
+        self.ref, self.version = refs[0], version
+        live = [w for w in workers if w.alive]
+        results = await asyncio.gather(*(self.catch_up(w) for w in live), return_exceptions=True)
+        await asyncio.gather(*refs[1:])
+        return _actor_failures(live, results)
+
+    async def catch_up(self, w: _Worker) -> None:
+        """Bring ``w``'s engine to the newest published version (nothing when it has it already)."""
+        async with w.lock:
+            if self.ref is not None and w.alive and w.version != self.version:
+                await w.handle.update_weights.remote(self.ref, self.version)
+                w.version = self.version
+
+
+def _actor_failures(workers: Sequence[_Worker], results: Sequence[Any]) -> list[tuple[_Worker, BaseException]]:
+    """Pairs of (worker, actor error) from gathered results; any other exception is a bug and is raised."""
+    from ray.exceptions import RayActorError
+
+    failed = []
+    for w, r in zip(workers, results):
+        if isinstance(r, RayActorError):
+            failed.append((w, r))
+        elif isinstance(r, BaseException):
+            raise r
+    return failed
+
+
+class RayRuntime:
+    """Runs ``steps`` optimizer steps of asynchronous GRPO with Ray actors (RECIPE.md §1, §5).
+
+    Ray must be initialised (``ray.init``) by the caller. The runtime starts its actors in ``run`` and
+    kills them when it returns. Builders are picklable callables run inside the actors (STYLE.md 15:
+    flat arguments, no config tree): ``build_rollout(index) → RolloutParts``, ``build_trainer(rank,
+    world_size) → Trainer``.
+
+    Args:
+        placement: ``plan_placement(...)``: how many actors of each role, with which resources.
+        resume: restore the trainer from ``run_dir/checkpoints`` and continue its cursor.
+        Others: as ``LocalRuntime``.
+    """
+
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[Task],
+        build_rollout: RolloutBuilder,
+        build_trainer: TrainerBuilder,
+        placement: Placement,
+        harness: HarnessConfig,
+        objective: ObjectiveConfig,
+        run_dir: Path,
+        steps: int,
+        group_size: int,
+        groups_per_step: int,
+        max_inflight_attempts: int,
+        max_attempt_retries: int,
+        discard_zero_signal_groups: bool,
+        seed: int,
+        max_worker_restarts: int = 3,
+        worker_start_timeout_sec: float = 300.0,
+        mode: Literal["async", "sync"] = "async",
+        hang_margin_sec: float = 60.0,
+        max_wall_sec: float | None = None,
+        checkpoint_every_steps: int = 1,
+        resume: bool = False,
+        writer: MetricsWriter | None = None,
+        save_trajectories: bool = True,
+    ) -> None:
+        self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
+        self.build_rollout, self.build_trainer, self.placement = build_rollout, build_trainer, placement
+        self.harness, self.objective, self.run_dir = harness, objective, Path(run_dir).resolve()
+        self.steps, self.groups_per_step, self.mode = steps, groups_per_step, mode
+        self.max_inflight, self.max_retries = max_inflight_attempts, max_attempt_retries
+        self.max_restarts, self.start_timeout_sec = max_worker_restarts, worker_start_timeout_sec
+        self.hang_margin_sec, self.max_wall_sec = hang_margin_sec, max_wall_sec
+        self.discard_zero_signal, self.checkpoint_every = discard_zero_signal_groups, checkpoint_every_steps
+        self.resume = resume
+        self.writer, self.save_trajectories = writer, save_trajectories
+        self.stopped_at_wall_limit = False
+        self.scheduler: GroupScheduler | None = None  # built in run(), after a resume's cursor is known
+        self.ready: list[tuple[int, Group]] = []
+        self._ready_changed = asyncio.Event()
+        self._generate = asyncio.Event()
+        self.stats, self.total = RolloutStats(), RolloutStats()
+        self.running_attempts = 0
+        self.trainer = TrainerProgress()
+        self.entropy_history: list[float] = []
+        self.history: list[dict[str, float]] = []
+        self.workers: list[_Worker] = []
+        self.trainers: list[Any] = []
+        self.publisher = WeightPublisher()
+        self.actor_errors = 0  # attempt tries lost to dead rollout workers, whole run
+        self._busy_seen: dict[tuple[int, int], float] = {}  # (worker, pid) → engine busy seconds last read
+        self._pg: Any = None
+
+    # ---- actors -------------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        p = self.placement
+        have = ray.cluster_resources()
+        gpus = float(have.get("GPU", 0))
+        if p.trainer_gpus + (p.engine_gpus if p.engines_in_workers else 0) > gpus:
+            raise PlacementError(
+                f"the placement needs {p.trainer_gpus} trainer GPUs"
+                + (f" and {p.engine_gpus} engine GPUs" if p.engines_in_workers else "")
+                + f" but the Ray cluster has {gpus:g}; fix runtime.ray.num_nodes / gpus_per_node"
+            )
+        cpus = p.rollout_workers * p.cpus_per_rollout_worker + p.trainer_workers * p.cpus_per_trainer_worker
+        if cpus > float(have.get("CPU", 0)):
+            # Ray would wait for the missing CPUs forever; say so now
+            raise PlacementError(
+                f"the placement needs {cpus:g} CPUs ({p.rollout_workers} rollout × {p.cpus_per_rollout_worker:g} + "
+                f"{p.trainer_workers} trainer × {p.cpus_per_trainer_worker:g}) but the Ray cluster has "
+                f"{float(have.get('CPU', 0)):g}; lower runtime.ray.num_cpus_per_rollout_worker / "
+                "num_cpus_per_trainer_worker (fractions are allowed) or the worker counts"
+            )
+        rollout_gpus = p.gpus_per_engine if p.engines_in_workers else 0
+        worker_cls = ray.remote(RolloutWorker).options(
+            num_cpus=p.cpus_per_rollout_worker, num_gpus=rollout_gpus, max_restarts=self.max_restarts,
+            max_task_retries=0, scheduling_strategy="SPREAD",
+        )
+        self.workers = [
+            _Worker(worker_cls.remote(self.build_rollout, i, self.harness, self.hang_margin_sec,
+                                      p.cpus_per_rollout_worker), i)
+            for i in range(p.rollout_workers)
+        ]
+        # FSDP ranks talk every step: pack them onto as few nodes as possible
+        self._pg = placement_group(
+            [{"CPU": p.cpus_per_trainer_worker, "GPU": p.gpus_per_trainer_worker}] * p.trainer_workers, strategy="PACK"
+        )
+        async with asyncio.timeout(self.start_timeout_sec):
+            await self._pg.ready()
+        trainer_cls = ray.remote(TrainerWorker)
+        self.trainers = [
+            trainer_cls.options(
+                num_cpus=p.cpus_per_trainer_worker, num_gpus=p.gpus_per_trainer_worker,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
+            ).remote(self.build_trainer, rank, p.trainer_workers, p.cpus_per_trainer_worker)
+            for rank in range(p.trainer_workers)
+        ]
+        async with asyncio.timeout(self.start_timeout_sec):
+            addr, port = await self.trainers[0].address.remote()
+            progress = await asyncio.gather(*(t.setup.remote(addr, port) for t in self.trainers))
+            pids = await asyncio.gather(*(w.handle.ping.remote() for w in self.workers), return_exceptions=True)
+        for w, pid in zip(self.workers, pids):
+            if isinstance(pid, BaseException):
+                raise WorkersLost(f"rollout worker {w.index} could not start: {pid}") from pid
+            w.pid = pid
+        self.trainer.step, self.trainer.weight_version = progress[0]
+        cursor = None
+        if self.resume:
+            root = str(self.run_dir / "checkpoints")
+            cursor = (await asyncio.gather(*(t.restore.remote(root) for t in self.trainers)))[0]
+            self.trainer.step, self.trainer.weight_version = await self.trainers[0].progress.remote()
+        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor)
+        if self.writer is not None:  # rows a killed run wrote past its checkpoint describe steps run again
+            self.writer.drop_after(self.trainer.step)
+        if self.trainer.weight_version:  # engines were built from the checkpoint's weights: tag them
+            await self._publish()
+
+    async def _publish(self) -> None:
+        for w, e in await self.publisher.publish(self.trainers, self.workers, self.trainer.weight_version):
+            await self._recover(w, e)
+
+    async def _recover(self, w: _Worker, error: BaseException) -> None:
+        """After ``w`` failed a call: wait for its restart (newest weights before its next attempt) or retire it."""
+        async with w.lock:
+            if not w.alive:
+                return
+            pid = await self._ping_until_back(w)
+            if pid is None:
+                w.alive = False
+                if not any(x.alive for x in self.workers):
+                    raise WorkersLost(
+                        f"every rollout worker died (runtime.ray.max_worker_restarts = {self.max_restarts} spent); "
+                        f"last error: {error}"
+                    ) from error
+                return
+            if pid != w.pid:
+                w.pid, w.version, w.restarts = pid, -1, w.restarts + 1
+
+    async def _ping_until_back(self, w: _Worker) -> int | None:
+        """``w``'s process id once it answers, or None if it died for good (or stayed away too long)."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        try:
+            async with asyncio.timeout(self.start_timeout_sec):
+                while True:
+                    try:
+                        return await w.handle.ping.remote()
+                    except ActorUnavailableError:  # restarting: Ray answers this until the new process is up
+                        await asyncio.sleep(0.2)
+        except (ActorDiedError, TimeoutError):  # died with no restart left (or its constructor failed)
+            return None
+
+    def _pick(self) -> _Worker:
+        live = [w for w in self.workers if w.alive]
+        if not live:
+            raise WorkersLost(f"no rollout worker is alive (runtime.ray.max_worker_restarts = {self.max_restarts})")
+        return min(live, key=lambda w: (w.inflight, w.index))
+
+    async def _engine_busy_sec(self) -> float:
+        """Engine busy seconds summed over workers since the run started (restarted workers start at 0)."""
+        live = [w for w in self.workers if w.alive]
+        results = await asyncio.gather(*(w.handle.engine_busy_sec.remote() for w in live), return_exceptions=True)
+        for w, r in zip(live, results):
+            if not isinstance(r, BaseException):
+                pid, busy = r
+                self._busy_seen[(w.index, pid)] = busy
+        return sum(self._busy_seen.values())
+
+    async def _stop(self) -> None:
+        import ray
+
+        live = [w for w in self.workers if w.alive]
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(w.handle.close.remote() for w in live), return_exceptions=True)
+        except TimeoutError:
+            pass  # killing the actor below ends its sandboxes' processes too
+        for handle in [w.handle for w in self.workers] + self.trainers:
+            ray.kill(handle, no_restart=True)
+        if self._pg is not None:
+            ray.util.remove_placement_group(self._pg)
+
+    # ---- rollout side -------------------------------------------------------------------------------
+
+    async def _attempt(self, slot: Slot) -> AttemptOutcome:
+        """``scored_attempt`` on a live worker with the newest weights; a worker's death costs the attempt one try."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        start, errors = time.perf_counter(), []
+        while len(errors) <= self.max_retries:
+            w = self._pick()
+            w.inflight += 1
+            try:
+                await self.publisher.catch_up(w)
+                ref = w.handle.attempt.remote(slot, self.max_retries - len(errors), self.publisher.version)
+                try:
+                    outcome: AttemptOutcome = await ref
+                except asyncio.CancelledError:
+                    ray.cancel(ref)  # the worker's scored_attempt closes its sandbox
+                    raise
+            except EngineBehind as e:  # restarted before a failed call told the driver: catch it up, no try lost
+                await self._recover(w, e)
+                w.version = -1
+                continue
+            except RayActorError as e:
+                errors.append(error_info(e))
+                self.actor_errors += 1
+                await self._recover(w, e)
+                continue
+            finally:
+                w.inflight -= 1
+            outcome.tries += len(errors)
+            outcome.errors[:0] = errors
+            return outcome
+        duration = time.perf_counter() - start
+        return AttemptOutcome(slot.task.id, slot.attempt_id, None, None, len(errors), errors, duration)
+
+    async def _slot_loop(self) -> None:
+        assert self.scheduler is not None
+        while True:
+            if self.mode == "sync" and not self._generate.is_set():
+                await self._generate.wait()
+            slot = self.scheduler.next_slot()
+            self.running_attempts += 1
+            try:
+                outcome = await self._attempt(slot)
+            finally:
+                self.running_attempts -= 1
+            for stats in (self.stats, self.total):
+                stats.add(outcome)
+            if self.save_trajectories and outcome.trajectory is not None:
+                path = self.run_dir / "trajectories" / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
+                await asyncio.to_thread(outcome.trajectory.save, path)
+            complete = self.scheduler.record(slot, outcome)
+            if complete is not None:
+                verdict = finish_group(slot.task.id, complete, self.objective, self.discard_zero_signal)
+                for stats in (self.stats, self.total):
+                    stats.groups_done += 1
+                    stats.groups_zero_signal += verdict.kind == "zero_signal"
+                    stats.groups_lost += verdict.kind == "lost"
+                if verdict.kind == "train":
+                    self.ready.append((slot.group_id, verdict.group))
+                    self._ready_changed.set()
+
+    # ---- training side ------------------------------------------------------------------------------
+
+    async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
+        """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
+        start = time.perf_counter()
+        self._generate.set()
+        while len(self.ready) < self.groups_per_step:
+            self._ready_changed.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._ready_changed.wait()
+            except TimeoutError:
+                return None
+        got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
+        if self.mode == "sync":  # drain: the engines must be idle while the trainer works
+            self._generate.clear()
+            while self.running_attempts:
+                await asyncio.sleep(0.05)
+        return [group for _, group in got], time.perf_counter() - start
+
+    async def _train(self) -> None:
+        import ray
+
+        wall0, trainer_busy = time.perf_counter(), 0.0
+        busy0 = await self._engine_busy_sec()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wall_sec if self.max_wall_sec is not None else None
+        while self.trainer.step < self.steps:
+            batch = await self._next_batch(deadline)
+            if batch is None:
+                self.stopped_at_wall_limit = True
+                return
+            groups, waited = batch
+            groups_ref = ray.put(groups)  # one copy in the object store, read by every trainer rank
+            results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
+            metrics, self.trainer.step, self.trainer.weight_version = results[0]
+            await self._publish()
+            trainer_busy += metrics["step_sec"]
+            wall = time.perf_counter() - wall0
+            live = max(sum(w.alive for w in self.workers), 1)
+            engine_busy = await self._engine_busy_sec() - busy0
+            self.entropy_history.append(metrics.get("entropy/mean", 0.0))
+            rise = detect_entropy_rise(
+                self.entropy_history, self.objective.entropy_window_steps, self.objective.entropy_rise_threshold
+            )
+            metrics |= self.stats.take() | {
+                "weight_version": float(self.trainer.weight_version),
+                "trainer/wait_sec": waited,
+                "trainer/idle_share": 1.0 - trainer_busy / wall,
+                "engine/idle_share": 1.0 - engine_busy / (wall * live),
+                "queue/groups": float(len(self.ready)),
+                "rollout/running": float(self.running_attempts),
+                "rollout/worker_restarts": float(sum(w.restarts for w in self.workers)),
+                "rollout/workers_alive": float(sum(w.alive for w in self.workers)),
+                "rollout/tries_lost_to_dead_workers": float(self.actor_errors),
+                "entropy/rise": rise.rise,
+                "entropy/warning": float(rise.warning),
+                "wall_sec": wall,
+            }
+            self.history.append(metrics)
+            # the row before the checkpoint, as the local backend does: a kill between the two reruns a
+            # logged step (its row is dropped on resume) instead of losing the row of a checkpointed one
+            if self.writer is not None:
+                self.writer.write(self.trainer.step, metrics)
+            if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
+                assert self.scheduler is not None
+                cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
+                root = str(self.run_dir / "checkpoints")
+                await asyncio.gather(*(t.save_checkpoint.remote(root, cursor) for t in self.trainers))
+
+    async def run(self) -> list[dict[str, float]]:
+        """Start the actors, run until ``steps`` optimizer steps are done, stop the actors; returns each step's metrics.
+
+        Raises:
+            PlacementError: the cluster lacks the GPUs the placement needs.
+            WorkersLost: every rollout worker died for good.
+            ray.exceptions.RayError: a trainer worker failed (resume from the last checkpoint).
+        """
+        loops: list[asyncio.Task[None]] = []
+        try:
+            await self._start()
+            loops = [asyncio.create_task(self._slot_loop()) for _ in range(self.max_inflight)]
+            loops.append(asyncio.create_task(self._train()))
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a slot loop or the trainer raised: surface it (slot loops never end on their own)
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._stop()
+        return self.history

@@ -1,0 +1,64 @@
+"""Ray placement arithmetic and the `train --dry-run` plan: pure config, no Ray, no model."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fireflash.cli import app
+from fireflash.config import ConfigError, load_config
+from fireflash.engines.config import EngineConfig
+from fireflash.runtime.config import RayConfig
+from fireflash.runtime.job import describe_plan
+from fireflash.runtime.placement import PlacementError, plan_placement
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cluster_config_splits_gpus_half_and_half():
+    cfg = load_config(REPO / "configs/cluster.toml")
+    p = plan_placement(cfg.runtime.ray, cfg.engine, cfg.runtime.max_inflight_attempts)
+    assert (p.trainer_workers, p.gpus_per_trainer_worker, p.trainer_gpus) == (32, 1, 32)
+    assert (p.engines, p.gpus_per_engine, p.engines_in_workers) == (4, 8, False)  # tp-size 8 from engine.args
+    assert (p.rollout_workers, p.attempts_per_worker) == (64, 8)
+    lines = p.describe()
+    assert "nodes 0–3" in lines[1] and "nodes 4–7" in lines[2]
+
+
+def test_dry_run_prints_the_placement_without_starting_anything():
+    result = CliRunner().invoke(app, ["train", "-c", str(REPO / "configs/cluster.toml"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())  # rich wraps long lines
+    assert "join the Ray cluster at auto" in out and "32 worker(s) × 1 GPU" in out and "4 × sglang × 8 GPUs" in out
+    assert "64 × 4 CPU" in out
+
+
+def test_split_that_leaves_a_role_without_gpus_is_refused():
+    ray = RayConfig(num_nodes=1, gpus_per_node=2, trainer_gpu_share=0.9)
+    with pytest.raises(PlacementError, match="trainer_gpu_share = 0.9 .* rollout engines no GPU"):
+        plan_placement(ray, EngineConfig(kind="sglang"), 16)
+    with pytest.raises(PlacementError, match="num_trainer_workers = 3 does not divide the 4 trainer GPUs"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8, num_trainer_workers=3), EngineConfig(kind="sglang"), 16)
+    with pytest.raises(PlacementError, match="do not split into engines of 8 GPUs"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="sglang", args={"tp-size": 8}), 16)
+    result = CliRunner().invoke(app, ["train", "-c", str(REPO / "configs/cluster.toml"), "--dry-run",
+                                      "runtime.ray.trainer_gpu_share=0.3"])
+    assert result.exit_code == 2 and "PlacementError" in result.output and "trainer_gpu_share" in result.output
+
+
+def test_local_engines_live_in_rollout_workers():
+    p = plan_placement(RayConfig(num_rollout_workers=2), EngineConfig(kind="local"), 5)
+    assert (p.trainer_workers, p.engines, p.gpus_per_engine, p.engines_in_workers) == (1, 2, 0, True)
+    assert p.attempts_per_worker == 3
+    p = plan_placement(RayConfig(num_nodes=2, gpus_per_node=2, num_rollout_workers=2), EngineConfig(kind="local"), 4)
+    assert (p.trainer_workers, p.engines, p.gpus_per_engine) == (2, 2, 1)
+    assert "object store" in p.describe()[-1]
+
+
+def test_more_rollout_workers_than_attempts_is_a_config_error():
+    with pytest.raises(ConfigError, match="num_rollout_workers \\(8\\) > runtime.max_inflight_attempts \\(4\\)"):
+        load_config(None, ["runtime.backend=ray", "runtime.ray.num_rollout_workers=8",
+                           "runtime.max_inflight_attempts=4"])
+    plan = describe_plan(load_config(None, ["runtime.backend=ray"]))
+    assert "start a local Ray instance" in plan and "CPU only" in plan
