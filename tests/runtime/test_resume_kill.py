@@ -1,12 +1,12 @@
 """kill -9 in the middle of a step, then resume: versions, metrics and the data cursor continue exactly.
 
-A real training process of its own (kill_resume_run.py: bwrap sandboxes, the tiny model, a scripted engine that
-samples from the model after its first turn) checkpoints every 2 steps. It finishes steps 1-3 (step 3
-is logged but not checkpointed), and is SIGKILLed while step 4 has its gradients accumulated but no
-update yet, with attempts in flight. A second process resumes from the step-2 checkpoint and runs to
-step 4. Afterwards metrics.jsonl holds steps 1-4 exactly once each, versions 1-4, every issued group is
-trained once or carried in the final cursor, the resumed engine samples at the restored version, and no
-group was lost.
+A training run in a process of its own (kill_resume_run.py: bwrap sandboxes, the tiny model, a scripted
+engine that samples from the model after its first turn) checkpoints every 2 steps. It finishes steps
+1-3 (step 3 is logged but not checkpointed) and is SIGKILLed while step 4 has its gradients accumulated
+but no update yet, with attempts in flight. A second process resumes from the step-2 checkpoint and
+runs to step 4. Afterwards metrics.jsonl holds steps 1-4 exactly once each with versions 1-4, every
+issued group was trained once or is carried in the final cursor, the resumed engine samples at the
+restored version, and no group was lost.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ STEPS, CHECKPOINT_EVERY, KILL_IN_STEP = 4, 2, 4
 
 
 def _start(run_dir: Path, log: Path, *extra: str) -> multiprocessing.Process:
-    """kill_resume_run.py in its own process, forked from a server that imported torch once (see its docstring)."""
+    """kill_resume_run.py in its own process, forked from a server that imported torch once (its docstring)."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(kill_resume_run.PRELOAD)
     argv = [str(run_dir), "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY), *extra]
@@ -67,7 +67,8 @@ def test_kill_9_mid_step_then_resume_continues_exactly(tmp_path):
             first.join()
 
     saved = _checkpoint_meta(run_dir)
-    assert (saved["step"], saved["weight_version"]) == (2, 2), "the step-3 row must come from a run past its checkpoint"
+    # the killed run logged step 3 past its last checkpoint: the resumed run redoes step 3
+    assert (saved["step"], saved["weight_version"]) == (2, 2)
     assert [r["step"] for r in _rows(run_dir / "metrics.jsonl")] == [1, 2, 3]
     cursor = saved["cursor"]
 
