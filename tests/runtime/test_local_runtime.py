@@ -101,7 +101,9 @@ def test_turns_older_than_max_staleness_are_masked(task, setup, tmp_path):
 
 
 def test_faults_cost_attempts_never_the_run(task, setup, tmp_path):
-    task = task.model_copy(update={"limits": task.limits.model_copy(update={"verifier_timeout_sec": 5.0})})
+    # an injected hang costs verifier_timeout_sec + hang_margin_sec; the limit must still be far above a real
+    # grading's time on a loaded machine (at 5 s, a slow grade under load counted as a hang and a group was lost)
+    task = task.model_copy(update={"limits": task.limits.model_copy(update={"verifier_timeout_sec": 15.0})})
     _, _, make_engine, _ = setup
     backend = FlakyBackend(make_backend(SandboxConfig()), fork_failure_rate=0.10, seed=32)
     engine = FlakyEngine(make_engine(lambda g, a: a % 2 == 0), failure_rate=0.05, seed=43)
