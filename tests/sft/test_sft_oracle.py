@@ -86,7 +86,7 @@ def test_oracle_script_maps_request_ids_to_plan_turns():
     renderer = ChatRenderer(build_tiny_tokenizer())
     script = OracleScript(by_task, renderer, PREFIX)
     params = SamplingParams(max_new_tokens=8)
-    req = lambda rid: GenerateRequest(request_id=rid, prompt_ids=[1], params=params)  # noqa: E731
+    req = lambda rid: GenerateRequest(request_id=rid, prompt_ids=[1], params=params)
     plan = by_task["text-head-lines"][1]  # solve.sh, look
     assert script(req("oracle/text-head-lines/t1#2-turn0")) == sampled_text(plan.turns[0], renderer, PREFIX)
     assert script(req("oracle/text-head-lines/t1#1-turn2")) == sampled_text(plan.turns[2], renderer, PREFIX)

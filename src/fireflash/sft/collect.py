@@ -7,6 +7,7 @@ does not fit the harness limits, e.g. a turn over ``max_new_tokens_per_turn``) i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +90,6 @@ def _keep_or_drop(plan: OraclePlan, outcome: AttemptOutcome, result: OracleSet) 
 
 def save_oracle(result: OracleSet, out_dir: Path) -> Path:
     """Write the kept trajectories (one JSON each) and ``dropped.json`` under ``out_dir``."""
-    import json
-
     out_dir.mkdir(parents=True, exist_ok=True)
     for t in result.trajectories:
         o = t.metadata["oracle"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fireflash.harness.rendering import ChatRenderer
@@ -74,7 +73,7 @@ def solution_scripts(task: Task) -> dict[str, str]:
 
 def variant_turns(variant: str, script: str, workdir: str) -> tuple[ToolTurn, ...]:
     """The tool calls of ``variant`` for ``script`` (the final ``submit`` included)."""
-    bash = lambda command: ToolTurn("Bash", {"command": command})  # noqa: E731
+    bash = lambda command: ToolTurn("Bash", {"command": command})
     submit = bash(SUBMIT_COMMAND)
     if variant == "direct":
         return (bash(script), submit)
@@ -152,7 +151,3 @@ def index_plans(plans: Sequence[OraclePlan]) -> dict[str, list[OraclePlan]]:
 def describe(plan: OraclePlan) -> dict[str, Any]:
     """JSON-able record of a plan, stored in the trajectory's metadata."""
     return {"task_id": plan.task_id, "solution": plan.solution, "variant": plan.variant, "n_turns": len(plan.turns)}
-
-
-def trajectory_dir(out_dir: Path) -> Path:
-    return Path(out_dir) / "oracle"
