@@ -7,13 +7,12 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 from test_trainer import VOCAB, _groups, _trainer
 
 from fireflash.models import build_tiny_model, load_policy
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.training.config import TrainerConfig
-from fireflash.training.fsdp import FSDPTrainer, init_trainer_group, spawn_ranks
+from fireflash.training.fsdp import FSDPTrainer, init_trainer_group, leave_trainer_group, spawn_ranks
 
 pytestmark = pytest.mark.unit
 CFG = {"lr": 1e-2, "micro_batch_tokens": 15}  # three micro-batches: two on rank 0, one (plus a zero pass) on rank 1
@@ -50,7 +49,7 @@ def _ranks(rank, world_size, port, out):
     result["sharded_pair"] = (sharded.state_dict(), reloaded.state_dict())
     if rank == 0:
         torch.save(result, out / "result.pt")
-    dist.destroy_process_group()
+    leave_trainer_group()
 
 
 @pytest.fixture(scope="module")

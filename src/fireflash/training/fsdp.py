@@ -102,6 +102,18 @@ def init_trainer_group(
     return torch.device("cpu")
 
 
+def leave_trainer_group() -> None:
+    """Leave the default process group cleanly: wait for every rank, then destroy it.
+
+    Why the barrier: a rank that tears its group down while a peer still works can take the rendezvous
+    store (hosted by rank 0) away from that peer, which then aborts in native code instead of raising.
+    Call it on every rank, after the last collective and the last write that others rely on.
+    """
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def init_trainer_group_from_env(timeout_sec: float = 600.0) -> torch.device:
     """``init_trainer_group`` from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT).
 
