@@ -53,6 +53,7 @@ def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_pat
     # right answers score 1; wrong ones only the partial credit of the checks they happen to pass
     assert first["rollout/pass_rate"] <= first["rollout/reward_mean"] < 1.0 and first["groups/lost_to_infrastructure"] == 0
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    assert all(0 < m["memory/rss_gb"] <= m["memory/peak_rss_gb"] for m in history)
     ckpt = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
     assert json.loads((ckpt / "fireflash.json").read_text())["weight_version"] == 3
     assert len(list((tmp_path / "trajectories").glob("g*/a*.json"))) >= 12

@@ -35,6 +35,7 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
+from fireflash.runtime.memory import TrainerThread, peak_rss_gb, rss_gb
 from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
 
@@ -191,6 +192,7 @@ class LocalRuntime:
         self.history: list[dict[str, float]] = []
         self.parents = ParentPool(backend)
         self._generate = asyncio.Event()
+        self._trainer_thread = TrainerThread()  # one thread, one malloc arena: see runtime.memory
 
     async def _attempt(self, slot: Slot) -> AttemptOutcome:
         return await scored_attempt(
@@ -258,8 +260,10 @@ class LocalRuntime:
                 self.stopped_at_wall_limit = True
                 return
             groups, waited = batch
-            metrics = await asyncio.to_thread(self.trainer.train_step, groups)
-            await self.engine.update_weights(self.trainer.state_dict(), self.trainer.weight_version)
+            metrics = await self._trainer_thread.run(self.trainer.train_step, groups, trim=True)
+            weights = await self._trainer_thread.run(self.trainer.state_dict)
+            await self.engine.update_weights(weights, self.trainer.weight_version)
+            del weights  # the engine keeps its own copy; holding ours would double the weights until the next step
             trainer_busy += metrics["step_sec"]
             wall = time.perf_counter() - wall0
             self.entropy_history.append(metrics.get("entropy/mean", 0.0))
@@ -274,6 +278,8 @@ class LocalRuntime:
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
+                "memory/rss_gb": rss_gb(),
+                "memory/peak_rss_gb": peak_rss_gb(),
             }
             self.history.append(metrics)
             # the row before the checkpoint: a kill between the two then reruns a logged step (its row is
@@ -282,7 +288,7 @@ class LocalRuntime:
                 self.writer.write(self.trainer.step, metrics)
             if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
                 cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
-                await asyncio.to_thread(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
+                await self._trainer_thread.run(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
 
     async def run(self) -> list[dict[str, float]]:
         """Run until ``steps`` optimizer steps are done; returns each step's metrics.
@@ -303,4 +309,5 @@ class LocalRuntime:
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            self._trainer_thread.close()
         return self.history
