@@ -1,7 +1,7 @@
 """Resident memory of the local loop over training steps: does RSS stay flat once warm (issue 8)?
 
-    .venv/bin/python benchmarks/train_memory.py             # ~8 min on 2 free cores, 3 allocator settings
-    .venv/bin/python benchmarks/train_memory.py --quick     # ~3 min, one setting
+    .venv/bin/python benchmarks/train_memory.py             # ~18 min on 2 free cores: both modes, 4 steps each
+    .venv/bin/python benchmarks/train_memory.py --quick     # ~13 min: 3 steps each
 
 What ran out of memory: ``fireflash train`` on the 24 GiB machine grew by ~4.5 GB per step (11.6 GB
 while sampling, 16.2 after step 1, 20.5 after step 2, killed at 24). The pieces a local step runs are
@@ -127,8 +127,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="3 steps per mode")
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--trajectories", type=int, default=4, help="attempts per step (one group)")
-    p.add_argument("--length", type=int, default=1024, help="tokens per attempt (also the micro-batch budget)")
+    p.add_argument("--trajectories", type=int, default=2, help="attempts per step (one group)")
+    p.add_argument("--length", type=int, default=2048, help="tokens per attempt (also the micro-batch budget)")
     p.add_argument("--concurrent", type=int, default=8, help="requests the engine samples at all times")
     p.add_argument("--prompt-len", type=int, default=1024)
     p.add_argument("--warm-sec", type=float, default=20.0, help="sampling before the first step")
