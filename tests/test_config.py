@@ -77,6 +77,7 @@ MALFORMED = [
     ("[training]\nbetas = [0.9]\n", ["training.betas"]),
     ("[training]\nmicro_batch_tokens = 1024\n", ["micro_batch_tokens (1024) < harness.context_window_tokens (8192)"]),
     ("[harness.sampling]\nn_top_logprobs = 8\n", ["n_top_logprobs (8) < rl.score_centering_topk (32)"]),
+    ("[runtime]\ngroups_per_step = 3\nmax_queued_groups = 2\n", ["runtime.max_queued_groups (2) < runtime.groups_per_step (3)"]),
 ]
 
 

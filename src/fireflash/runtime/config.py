@@ -65,6 +65,12 @@ class RuntimeConfig(BaseModel):
     group_size: int = Field(12, ge=2, description="Attempts per task in a GRPO group (RECIPE.md §5).")
     groups_per_step: int = Field(1, ge=1, description="Groups consumed by one optimizer step.")
     max_inflight_attempts: int = Field(16, ge=1, description="Attempts kept running at all times.")
+    max_queued_groups: int | None = Field(
+        None, ge=1,
+        description="Complete groups that may wait for the trainer before workers pause; None = groups_per_step × "
+        "rl.max_staleness (a group queued behind more would be fully masked as stale). Lower it to keep trained "
+        "turns fresher when rollouts outpace the trainer.",
+    )
     discard_zero_signal_groups: bool = Field(True, description="Drop groups whose R' are all equal (RECIPE.md §1).")
     max_attempt_retries: int = Field(2, ge=0, description="Retries of an attempt lost to infrastructure.")
     max_wall_sec: float | None = Field(
@@ -80,6 +86,15 @@ class RuntimeConfig(BaseModel):
     )
     seed: int = Field(0, description="Seed of task order and sampling.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster and placement.")
+
+    @model_validator(mode="after")
+    def _queue_holds_a_step(self) -> RuntimeConfig:
+        if self.max_queued_groups is not None and self.max_queued_groups < self.groups_per_step:
+            raise ValueError(
+                f"runtime.max_queued_groups ({self.max_queued_groups}) < runtime.groups_per_step "
+                f"({self.groups_per_step}): the trainer could never get a batch; allow at least one step's groups"
+            )
+        return self
 
     @model_validator(mode="after")
     def _ray_fits(self) -> RuntimeConfig:

@@ -106,7 +106,7 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         discard_zero_signal_groups=cfg.runtime.discard_zero_signal_groups, seed=cfg.runtime.seed, mode=cfg.runtime.mode,
         hang_margin_sec=cfg.runtime.hang_margin_sec, max_wall_sec=cfg.runtime.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
-        save_trajectories=cfg.tracking.save_trajectories,
+        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=cfg.runtime.max_queued_groups,
     )
     start = time.perf_counter()
     try:
@@ -164,7 +164,7 @@ async def _train_ray(
         worker_start_timeout_sec=rt.ray.worker_start_timeout_sec,
         mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
-        save_trajectories=cfg.tracking.save_trajectories,
+        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups,
     )
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()

@@ -158,6 +158,7 @@ class RayRuntime:
         resume: bool = False,
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
+        max_queued_groups: int | None = None,
     ) -> None:
         self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
         self.build_rollout, self.build_trainer, self.placement = build_rollout, build_trainer, placement
@@ -173,6 +174,14 @@ class RayRuntime:
         self.scheduler: GroupScheduler | None = None  # built in run(), after a resume's cursor is known
         self.ready: list[tuple[int, Group]] = []
         self._ready_changed = asyncio.Event()
+        self._taken = asyncio.Event()  # the trainer took a batch off ``ready``
+        # the same bound as LocalRuntime's: groups queued behind more than this would be trained fully stale
+        self.max_queued = max_queued_groups or groups_per_step * max(1, objective.max_staleness)
+        if self.max_queued < groups_per_step:
+            raise ValueError(
+                f"max_queued_groups={max_queued_groups} < groups_per_step={groups_per_step}: the trainer could never "
+                "get a batch; allow at least one step's groups"
+            )
         self._generate = asyncio.Event()
         self.stats, self.total = RolloutStats(), RolloutStats()
         self.running_attempts = 0
@@ -361,6 +370,9 @@ class RayRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
+            while len(self.ready) >= self.max_queued:
+                self._taken.clear()
+                await self._taken.wait()
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
@@ -397,6 +409,7 @@ class RayRuntime:
             except TimeoutError:
                 return None
         got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
+        self._taken.set()
         if self.mode == "sync":  # drain: the engines must be idle while the trainer works
             self._generate.clear()
             while self.running_attempts:
