@@ -156,16 +156,19 @@ def plot_pareto(points: Sequence[ParetoPoint], path: Path, title: str = "Cost pe
         raise ValueError("no point has both a cost per trial > 0 and a Pass@1; nothing to plot")
     front = [points[i] for i in pareto_frontier(points)]
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    lo, hi = min(p.cost_per_trial_usd for p in shown), max(p.cost_per_trial_usd for p in shown)
+    span = math.log(hi * 3) - math.log(lo / 2)
     for p in shown:
         on_front = any(p is f for f in front)
         ax.scatter(p.cost_per_trial_usd, 100 * p.pass_at_1, s=90 if p.ours else 50, zorder=3,
                    marker="*" if p.ours else "o", color="tab:red" if p.ours else ("tab:blue" if on_front else "tab:gray"),
                    edgecolor="black", linewidth=0.5)
+        right_half = (math.log(p.cost_per_trial_usd) - math.log(lo / 2)) / span > 0.55  # label inward, inside the axes
         ax.annotate(f"{p.label}\n{p.pass_at_1:.1%} @ ${p.cost_per_trial_usd:.3g}", (p.cost_per_trial_usd, 100 * p.pass_at_1),
-                    textcoords="offset points", xytext=(7, 5), fontsize=8)
+                    textcoords="offset points", xytext=(-7, 5) if right_half else (7, 5),
+                    ha="right" if right_half else "left", fontsize=8)
     xs = [f.cost_per_trial_usd for f in front]
     ys = [100 * f.pass_at_1 for f in front]
-    lo, hi = min(p.cost_per_trial_usd for p in shown), max(p.cost_per_trial_usd for p in shown)
     # staircase: the best Pass@1 reachable at each cost, extended to the right edge of the plot
     ax.step(xs + [hi * 3], ys + [ys[-1]], where="post", color="tab:blue", linestyle="--", linewidth=1.2, label="Pareto frontier")
     ax.set_xscale("log")
