@@ -22,7 +22,7 @@ def synthetic_run(run_dir, steps=12):
             "drift/staleness_0": 0.05, "drift/staleness_1": 0.065, "drift/staleness_4-6": 0.08,
             "stale/dropped_share": 0.0 if step < 5 else 0.02, "groups/zero_signal_share": 0.5 - 0.02 * step,
             "trainer/idle_share": 0.3, "engine/idle_share": 0.1, "rollout/sampled_tokens_mean": 900 - 10 * step,
-            "groups/lost_to_infrastructure": float(step == 3),
+            "groups/lost_to_infrastructure": float(step == 3), "memory/rss_gb": 6.0, "memory/peak_rss_gb": 12.0 + 0.1 * step,
         }
         if step > 2:
             m["drift/staleness_2-3"] = 0.07

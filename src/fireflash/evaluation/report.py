@@ -41,6 +41,7 @@ PANELS = (
     Panel("zero_signal", "Zero-signal group share", ("groups/zero_signal_share",), "share of groups", share=True),
     Panel("idle", "Idle shares", ("trainer/idle_share", "engine/idle_share"), "share of wall time", share=True),
     Panel("tokens", "Tokens per attempt", ("rollout/sampled_tokens_mean",), "sampled tokens"),
+    Panel("memory", "Resident memory (after step / peak)", ("memory/rss_gb", "memory/peak_rss_gb"), "GiB", from_zero=True),
 )
 
 
@@ -68,11 +69,14 @@ def _bucket_order(name: str) -> tuple[int, str]:
 
 
 def _draw(ax: Any, panel: Panel, series: dict[str, tuple[list[int], list[float]]]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     for name, (steps, values) in series.items():
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4,
                 label=name.removeprefix(panel.keys[0]) if panel.keys[0].endswith(("_", "/")) else name)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel(panel.ylabel)
     if panel.share:
         ax.set_ylim(-0.02, 1.02)
