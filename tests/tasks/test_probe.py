@@ -184,3 +184,4 @@ def test_probe_cli_with_tiny_local_model(tmp_path):
     assert (entry.task_id, entry.attempts, entry.passes, entry.kept) == ("text-line-numbers", 2, 0, False)
     assert manifest.expected_zero_signal_before == 1.0 and manifest.expected_zero_signal_after is None
     assert "expected zero-signal groups (G=4): 100.0% before → – after filtering" in " ".join(result.output.split())
+    assert "no task to train on: the policy solves none of them" in " ".join(result.output.split())

@@ -222,7 +222,15 @@ def probe_command(
     )
     if unprobed:
         console.print(f"[yellow]{len(unprobed)} task(s) lost attempts to infrastructure[/] and will be probed on rerun: {', '.join(unprobed)}")
-    console.print(f"pool manifest: {manifest_path}  (train on it with tasks.pool_manifest={manifest_path})")
+    if kept:
+        console.print(f"pool manifest: {manifest_path}  (train on it with tasks.pool_manifest={manifest_path})")
+    else:
+        rates = [t.pass_rate for t in manifest.tasks]
+        why = "the policy solves none of them" if rates and max(rates) == 0 else "none lies in the keep range"
+        console.print(
+            f"pool manifest: {manifest_path}  [yellow]no task to train on: {why}[/] (a warmer policy, easier "
+            "tasks, or a wider tasks.probe keep range)"
+        )
 
 
 class _ReportGroup(TyperGroup):
