@@ -48,7 +48,8 @@ def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_pat
     assert runtime.trainer.step == 3
     assert sum(m["groups/done"] for m in history) >= 4  # 3 trained + the all-solved group 1
     assert any(m["groups/zero_signal_share"] > 0 for m in history)
-    assert all(0.0 < m["rollout/pass_rate"] < 1.0 or m["groups/zero_signal_share"] > 0 for m in history)
+    # over the run, not per step: which attempts finish between two steps is a matter of timing
+    assert 0 < runtime.total.solved < len(runtime.total.rewards)
     first = history[0]
     # right answers score 1; wrong ones only the partial credit of the checks they happen to pass
     assert first["rollout/pass_rate"] <= first["rollout/reward_mean"] < 1.0 and first["groups/lost_to_infrastructure"] == 0

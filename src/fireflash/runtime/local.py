@@ -35,7 +35,7 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
-from fireflash.runtime.memory import TrainerThread, peak_rss_gb, rss_gb
+from fireflash.runtime.memory import TrainerThread, memory_gb
 from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
 
@@ -268,6 +268,7 @@ class LocalRuntime:
             wall = time.perf_counter() - wall0
             self.entropy_history.append(metrics.get("entropy/mean", 0.0))
             rise = detect_entropy_rise(self.entropy_history, self.objective.entropy_window_steps, self.objective.entropy_rise_threshold)
+            rss, peak = memory_gb()
             metrics |= self.stats.take() | {
                 "weight_version": float(self.trainer.weight_version),
                 "trainer/wait_sec": waited,
@@ -278,8 +279,8 @@ class LocalRuntime:
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
-                "memory/rss_gb": rss_gb(),
-                "memory/peak_rss_gb": peak_rss_gb(),
+                "memory/rss_gb": rss,
+                "memory/peak_rss_gb": peak,
             }
             self.history.append(metrics)
             # the row before the checkpoint: a kill between the two then reruns a logged step (its row is

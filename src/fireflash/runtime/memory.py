@@ -11,7 +11,7 @@ of memory parked there. Hence:
   its allocations always reuse one arena;
 - ``release_free_memory``: ``malloc_trim(0)`` after each step returns what the arenas hold free to the
   operating system (the engine's decode thread and the pool threads included);
-- ``rss_gb`` / ``peak_rss_gb``: logged each step as ``memory/rss_gb`` and ``memory/peak_rss_gb``.
+- ``memory_gb``: logged each step as ``memory/rss_gb`` and ``memory/peak_rss_gb``.
 
 Off glibc (macOS, musl) the trim is a no-op and only the single thread remains.
 """
@@ -52,25 +52,33 @@ def release_free_memory() -> bool:
     return True
 
 
-def _status_kb(field: str) -> float:
+def _status_kb(*fields: str) -> list[float]:
     try:
         text = Path("/proc/self/status").read_text()
     except OSError:
-        return float("nan")
-    for line in text.splitlines():
-        if line.startswith(field + ":"):
-            return float(line.split()[1])
-    return float("nan")
+        return [float("nan")] * len(fields)
+    values = {line.split(":", 1)[0]: line.split()[1] for line in text.splitlines() if ":" in line and len(line.split()) > 1}
+    return [float(values[f]) if f in values else float("nan") for f in fields]
 
 
 def rss_gb() -> float:
     """This process's resident set size now, in GiB (NaN where /proc is missing)."""
-    return _status_kb("VmRSS") / 2**20
+    return _status_kb("VmRSS")[0] / 2**20
 
 
 def peak_rss_gb() -> float:
     """This process's peak resident set size so far, in GiB (NaN where /proc is missing)."""
-    return _status_kb("VmHWM") / 2**20
+    return _status_kb("VmHWM")[0] / 2**20
+
+
+def memory_gb() -> tuple[float, float]:
+    """(resident set size now, peak so far) in GiB, from one read, so the first never exceeds the second.
+
+    Why one read: the kernel updates the high-water mark lazily; two separate reads around a moment when
+    memory is handed back (``release_free_memory``) can return a peak below the RSS read just before.
+    """
+    rss, hwm = _status_kb("VmRSS", "VmHWM")
+    return rss / 2**20, max(rss, hwm) / 2**20
 
 
 class TrainerThread:
