@@ -117,11 +117,11 @@ class StallWatchingTrainer:
 
     def train_step(self, groups):
         rt, deadline = self.runtime, time.monotonic() + 20
-        while (rt.running_attempts or len(rt.ready) < rt.max_queued) and time.monotonic() < deadline:
+        while (rt.running_attempts or len(rt.queue) < rt.queue.max_queued) and time.monotonic() < deadline:
             time.sleep(0.01)
-        stalled, queued = rt.running_attempts == 0, len(rt.ready)
+        stalled, queued = rt.running_attempts == 0, len(rt.queue)
         time.sleep(0.1)
-        self.seen.append((stalled, queued, len(rt.ready), rt.running_attempts))
+        self.seen.append((stalled, queued, len(rt.queue), rt.running_attempts))
         self.step += 1
         self.weight_version += 1
         return {"step_sec": 0.1}

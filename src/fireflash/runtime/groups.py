@@ -9,6 +9,7 @@ retries) or zero signal (every R' equal).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,3 +138,58 @@ def finish_group(task_id: str, outcomes: Sequence[AttemptOutcome], objective: Ob
     if adv.zero_signal and discard_zero_signal:
         return GroupVerdict("zero_signal", group, outcomes)
     return GroupVerdict("train", group, outcomes)
+
+
+class GroupQueue:
+    """Complete groups waiting for the trainer, oldest first, bounded; shared by the local and Ray runtimes.
+
+    The bound (default ``groups_per_step × max_staleness``): a group queued behind that many would be trained
+    ``max_staleness`` versions after it was sampled, with every turn masked, so rollout workers wait in
+    ``wait_for_room`` instead of doing work the trainer would throw away; without it, rollouts that outpace
+    the trainer grow the queue, its staleness and memory without end.
+
+    Raises:
+        ValueError: ``max_queued`` < ``groups_per_step`` (the trainer could never get a batch).
+    """
+
+    def __init__(self, groups_per_step: int, max_staleness: int, max_queued: int | None = None) -> None:
+        self.groups_per_step = groups_per_step
+        self.max_queued = max_queued or groups_per_step * max(1, max_staleness)
+        if self.max_queued < groups_per_step:
+            raise ValueError(
+                f"max_queued_groups={max_queued} < groups_per_step={groups_per_step}: the trainer could never "
+                "get a batch; allow at least one step's groups"
+            )
+        self.items: list[tuple[int, Group]] = []  # (group id, group)
+        self._added = asyncio.Event()
+        self._taken = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def group_ids(self) -> list[int]:
+        """Ids of the queued groups (a checkpoint's cursor re-issues them on resume)."""
+        return [gid for gid, _ in self.items]
+
+    async def wait_for_room(self) -> None:
+        """Return once fewer than ``max_queued`` groups wait (a worker calls it before starting an attempt)."""
+        while len(self.items) >= self.max_queued:
+            self._taken.clear()
+            await self._taken.wait()
+
+    def put(self, group_id: int, group: Group) -> None:
+        self.items.append((group_id, group))
+        self._added.set()
+
+    async def take(self, deadline: float | None) -> list[Group] | None:
+        """The oldest ``groups_per_step`` groups once that many wait; None when ``deadline`` (loop time) passes first."""
+        while len(self.items) < self.groups_per_step:
+            self._added.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._added.wait()
+            except TimeoutError:
+                return None
+        got, self.items = self.items[: self.groups_per_step], self.items[self.groups_per_step :]
+        self._taken.set()
+        return [group for _, group in got]

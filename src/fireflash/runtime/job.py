@@ -36,7 +36,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.ready)} queued",
+            f"{t.groups_lost} lost, {len(rt.queue)} queued",
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):

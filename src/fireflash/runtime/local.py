@@ -34,7 +34,7 @@ from fireflash.protocols import (
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
-from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
+from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot, finish_group
 from fireflash.runtime.memory import TrainerThread, memory_gb
 from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
@@ -130,11 +130,8 @@ class LocalRuntime:
     Builders hand it built parts (STYLE.md 15): the trainer owns the policy being trained, ``engine``
     samples with its own copy, ``graders`` maps a task to its grader.
 
-    ``max_queued_groups`` bounds the complete groups waiting for the trainer (default: ``groups_per_step
-    × max_staleness``, at least one step's worth): past it, workers start no new attempt until the trainer
-    takes a batch. A group queued behind that many would be trained ``max_staleness`` versions after it
-    was sampled, with every turn masked, so the bound only stops wasted work; without it, rollouts that
-    outpace the trainer grow the queue, its staleness and memory without end.
+    ``max_queued_groups`` bounds the complete groups waiting for the trainer (``groups.GroupQueue``): past
+    it, workers start no new attempt until the trainer takes a batch.
     """
 
     def __init__(
@@ -176,15 +173,7 @@ class LocalRuntime:
         self.checkpoint_every = checkpoint_every_steps
         self.scheduler = GroupScheduler(tasks, group_size, seed, cursor)
         self.writer, self.save_trajectories = writer, save_trajectories
-        self.ready: list[tuple[int, Group]] = []  # complete groups waiting for the trainer, oldest first
-        self._ready_changed = asyncio.Event()
-        self.max_queued = max_queued_groups or groups_per_step * max(1, objective.max_staleness)
-        if self.max_queued < groups_per_step:
-            raise ValueError(
-                f"max_queued_groups={max_queued_groups} < groups_per_step={groups_per_step}: the trainer could never "
-                "get a batch; allow at least one step's groups"
-            )
-        self._taken = asyncio.Event()  # the trainer took a batch off ``ready``
+        self.queue = GroupQueue(groups_per_step, objective.max_staleness, max_queued_groups)  # complete groups for the trainer
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
         self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
@@ -204,9 +193,7 @@ class LocalRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            while len(self.ready) >= self.max_queued:
-                self._taken.clear()
-                await self._taken.wait()
+            await self.queue.wait_for_room()
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
@@ -227,27 +214,20 @@ class LocalRuntime:
                     stats.groups_zero_signal += verdict.kind == "zero_signal"
                     stats.groups_lost += verdict.kind == "lost"
                 if verdict.kind == "train":
-                    self.ready.append((slot.group_id, verdict.group))
-                    self._ready_changed.set()
+                    self.queue.put(slot.group_id, verdict.group)
 
     async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
         """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
         start = time.perf_counter()
         self._generate.set()
-        while len(self.ready) < self.groups_per_step:
-            self._ready_changed.clear()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await self._ready_changed.wait()
-            except TimeoutError:
-                return None
-        got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
-        self._taken.set()
+        groups = await self.queue.take(deadline)
+        if groups is None:
+            return None
         if self.mode == "sync":  # drain: the engine must be idle while the trainer works
             self._generate.clear()
             while self.running_attempts:
                 await asyncio.sleep(0.05)
-        return [group for _, group in got], time.perf_counter() - start
+        return groups, time.perf_counter() - start
 
     async def _train(self) -> None:
         wall0, trainer_busy = time.perf_counter(), 0.0
@@ -274,7 +254,7 @@ class LocalRuntime:
                 "trainer/wait_sec": waited,
                 "trainer/idle_share": 1.0 - trainer_busy / wall,
                 "engine/idle_share": 1.0 - (self.engine.busy_sec - busy0) / wall,
-                "queue/groups": float(len(self.ready)),
+                "queue/groups": float(len(self.queue)),
                 "rollout/running": float(self.running_attempts),
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
@@ -288,7 +268,7 @@ class LocalRuntime:
             if self.writer is not None:
                 self.writer.write(self.trainer.step, metrics)
             if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
-                cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
+                cursor = self.scheduler.cursor(self.queue.group_ids())
                 await self._trainer_thread.run(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
 
     async def run(self) -> list[dict[str, float]]:

@@ -39,7 +39,7 @@ from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, error_info
-from fireflash.runtime.groups import GroupScheduler, Slot, finish_group
+from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot, finish_group
 from fireflash.runtime.local import RolloutStats
 from fireflash.runtime.placement import Placement, PlacementError
 from fireflash.runtime.ray_actors import EngineBehind, RolloutBuilder, RolloutWorker, TrainerBuilder, TrainerWorker
@@ -172,16 +172,7 @@ class RayRuntime:
         self.writer, self.save_trajectories = writer, save_trajectories
         self.stopped_at_wall_limit = False
         self.scheduler: GroupScheduler | None = None  # built in run(), after a resume's cursor is known
-        self.ready: list[tuple[int, Group]] = []
-        self._ready_changed = asyncio.Event()
-        self._taken = asyncio.Event()  # the trainer took a batch off ``ready``
-        # the same bound as LocalRuntime's: groups queued behind more than this would be trained fully stale
-        self.max_queued = max_queued_groups or groups_per_step * max(1, objective.max_staleness)
-        if self.max_queued < groups_per_step:
-            raise ValueError(
-                f"max_queued_groups={max_queued_groups} < groups_per_step={groups_per_step}: the trainer could never "
-                "get a batch; allow at least one step's groups"
-            )
+        self.queue = GroupQueue(groups_per_step, objective.max_staleness, max_queued_groups)  # complete groups for the trainer
         self._generate = asyncio.Event()
         self.stats, self.total = RolloutStats(), RolloutStats()
         self.running_attempts = 0
@@ -370,9 +361,7 @@ class RayRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            while len(self.ready) >= self.max_queued:
-                self._taken.clear()
-                await self._taken.wait()
+            await self.queue.wait_for_room()
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
@@ -392,8 +381,7 @@ class RayRuntime:
                     stats.groups_zero_signal += verdict.kind == "zero_signal"
                     stats.groups_lost += verdict.kind == "lost"
                 if verdict.kind == "train":
-                    self.ready.append((slot.group_id, verdict.group))
-                    self._ready_changed.set()
+                    self.queue.put(slot.group_id, verdict.group)
 
     # ---- training side ------------------------------------------------------------------------------
 
@@ -401,20 +389,14 @@ class RayRuntime:
         """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
         start = time.perf_counter()
         self._generate.set()
-        while len(self.ready) < self.groups_per_step:
-            self._ready_changed.clear()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await self._ready_changed.wait()
-            except TimeoutError:
-                return None
-        got, self.ready = self.ready[: self.groups_per_step], self.ready[self.groups_per_step :]
-        self._taken.set()
+        groups = await self.queue.take(deadline)
+        if groups is None:
+            return None
         if self.mode == "sync":  # drain: the engines must be idle while the trainer works
             self._generate.clear()
             while self.running_attempts:
                 await asyncio.sleep(0.05)
-        return [group for _, group in got], time.perf_counter() - start
+        return groups, time.perf_counter() - start
 
     async def _train(self) -> None:
         import ray
@@ -446,7 +428,7 @@ class RayRuntime:
                 "trainer/wait_sec": waited,
                 "trainer/idle_share": 1.0 - trainer_busy / wall,
                 "engine/idle_share": 1.0 - engine_busy / (wall * live),
-                "queue/groups": float(len(self.ready)),
+                "queue/groups": float(len(self.queue)),
                 "rollout/running": float(self.running_attempts),
                 "rollout/worker_restarts": float(sum(w.restarts for w in self.workers)),
                 "rollout/workers_alive": float(sum(w.alive for w in self.workers)),
@@ -462,7 +444,7 @@ class RayRuntime:
                 self.writer.write(self.trainer.step, metrics)
             if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
                 assert self.scheduler is not None
-                cursor = self.scheduler.cursor([gid for gid, _ in self.ready])
+                cursor = self.scheduler.cursor(self.queue.group_ids())
                 root = str(self.run_dir / "checkpoints")
                 await asyncio.gather(*(t.save_checkpoint.remote(root, cursor) for t in self.trainers))
 
