@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fireflash.evaluation.report import Panel, panel_series
+from fireflash.evaluation.report import Panel, panel_series, style_step_axes
 from fireflash.evaluation.results import EvalResults, TrialResult
 from fireflash.runtime.tracking import read_metrics
 
@@ -310,15 +310,7 @@ def plot_curves(curves: dict[str, dict[str, tuple[list[int], list[float]]]], pat
     for ax, panel in zip(axes.flat, panels):
         for run, (steps, values) in curves[panel.name].items():
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4, label=run)
-        ax.set_title(panel.title, fontsize=10)
-        ax.set_xlabel("optimizer step")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_ylabel(panel.ylabel)
-        if panel.share:
-            ax.set_ylim(-0.02, 1.02)
-        elif panel.from_zero:
-            ax.set_ylim(bottom=0.0)
-        ax.grid(True, alpha=0.3)
+        style_step_axes(ax, panel)
         ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

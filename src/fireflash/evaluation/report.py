@@ -68,21 +68,26 @@ def _bucket_order(name: str) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 10**9, name)
 
 
-def _draw(ax: Any, panel: Panel, series: dict[str, tuple[list[int], list[float]]]) -> None:
+def style_step_axes(ax: Any, panel: Panel) -> None:
+    """Title, labels, whole-number step ticks, the panel's y range and a light grid (run reports and ``compare``)."""
     from matplotlib.ticker import MaxNLocator
 
-    for name, (steps, values) in series.items():
-        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4,
-                label=name.removeprefix(panel.keys[0]) if panel.keys[0].endswith(("_", "/")) else name)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("optimizer step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(panel.ylabel)
     if panel.share:
         ax.set_ylim(-0.02, 1.02)
     elif panel.from_zero:
         ax.set_ylim(bottom=0.0)
     ax.grid(True, alpha=0.3)
+
+
+def _draw(ax: Any, panel: Panel, series: dict[str, tuple[list[int], list[float]]]) -> None:
+    for name, (steps, values) in series.items():
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4,
+                label=name.removeprefix(panel.keys[0]) if panel.keys[0].endswith(("_", "/")) else name)
+    style_step_axes(ax, panel)
     if len(series) > 1 or panel.keys[0].endswith(("_", "/")):
         ax.legend(fontsize=7, title="staleness" if panel.name == "drift" else None, title_fontsize=7)
 
