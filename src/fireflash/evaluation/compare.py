@@ -296,7 +296,6 @@ def run_curves(run_dirs: Sequence[str | Path]) -> dict[str, dict[str, tuple[list
 def plot_curves(curves: dict[str, dict[str, tuple[list[int], list[float]]]], path: Path) -> Path:
     """One panel per logged curve metric (``run_curves``' output), one line per run."""
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
