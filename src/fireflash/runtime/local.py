@@ -124,6 +124,35 @@ class RolloutStats:
         return out
 
 
+async def settle_attempt(
+    slot: Slot,
+    outcome: AttemptOutcome,
+    scheduler: GroupScheduler,
+    queue: GroupQueue,
+    objective: ObjectiveConfig,
+    discard_zero_signal: bool,
+    stats: Sequence[RolloutStats],
+    trajectories_dir: Path | None,
+) -> None:
+    """After an attempt (both runtimes): count it, save its trajectory, and once its group is complete, judge
+    the group (advantages, zero signal, lost) and queue it for the trainer when it trains."""
+    for s in stats:
+        s.add(outcome)
+    if trajectories_dir is not None and outcome.trajectory is not None:
+        path = trajectories_dir / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
+        await asyncio.to_thread(outcome.trajectory.save, path)
+    complete = scheduler.record(slot, outcome)
+    if complete is None:
+        return
+    verdict = finish_group(slot.task.id, complete, objective, discard_zero_signal)
+    for s in stats:
+        s.groups_done += 1
+        s.groups_zero_signal += verdict.kind == "zero_signal"
+        s.groups_lost += verdict.kind == "lost"
+    if verdict.kind == "train":
+        queue.put(slot.group_id, verdict.group)
+
+
 class LocalRuntime:
     """Runs ``steps`` optimizer steps of asynchronous GRPO on one machine (RECIPE.md §1, §5).
 
@@ -200,21 +229,10 @@ class LocalRuntime:
                 outcome = await self._attempt(slot)
             finally:
                 self.running_attempts -= 1
-            for stats in (self.stats, self.total):
-                stats.add(outcome)
-            if self.save_trajectories and outcome.trajectory is not None:
-                await asyncio.to_thread(
-                    outcome.trajectory.save, self.run_dir / "trajectories" / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
-                )
-            complete = self.scheduler.record(slot, outcome)
-            if complete is not None:
-                verdict = finish_group(slot.task.id, complete, self.objective, self.discard_zero_signal)
-                for stats in (self.stats, self.total):
-                    stats.groups_done += 1
-                    stats.groups_zero_signal += verdict.kind == "zero_signal"
-                    stats.groups_lost += verdict.kind == "lost"
-                if verdict.kind == "train":
-                    self.queue.put(slot.group_id, verdict.group)
+            await settle_attempt(
+                slot, outcome, self.scheduler, self.queue, self.objective, self.discard_zero_signal, (self.stats, self.total),
+                self.run_dir / "trajectories" if self.save_trajectories else None,
+            )
 
     async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
         """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""

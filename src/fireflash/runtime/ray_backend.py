@@ -39,8 +39,8 @@ from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, error_info
-from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot, finish_group
-from fireflash.runtime.local import RolloutStats
+from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot
+from fireflash.runtime.local import RolloutStats, settle_attempt
 from fireflash.runtime.placement import Placement, PlacementError
 from fireflash.runtime.ray_actors import EngineBehind, RolloutBuilder, RolloutWorker, TrainerBuilder, TrainerWorker
 from fireflash.runtime.tracking import MetricsWriter
@@ -368,20 +368,10 @@ class RayRuntime:
                 outcome = await self._attempt(slot)
             finally:
                 self.running_attempts -= 1
-            for stats in (self.stats, self.total):
-                stats.add(outcome)
-            if self.save_trajectories and outcome.trajectory is not None:
-                path = self.run_dir / "trajectories" / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
-                await asyncio.to_thread(outcome.trajectory.save, path)
-            complete = self.scheduler.record(slot, outcome)
-            if complete is not None:
-                verdict = finish_group(slot.task.id, complete, self.objective, self.discard_zero_signal)
-                for stats in (self.stats, self.total):
-                    stats.groups_done += 1
-                    stats.groups_zero_signal += verdict.kind == "zero_signal"
-                    stats.groups_lost += verdict.kind == "lost"
-                if verdict.kind == "train":
-                    self.queue.put(slot.group_id, verdict.group)
+            await settle_attempt(
+                slot, outcome, self.scheduler, self.queue, self.objective, self.discard_zero_signal, (self.stats, self.total),
+                self.run_dir / "trajectories" if self.save_trajectories else None,
+            )
 
     # ---- training side ------------------------------------------------------------------------------
 
