@@ -94,6 +94,9 @@ def _runtime(tmp_path, trainer_workers: int, steps: int) -> RayRuntime:
         harness=harness, objective=OBJECTIVE, run_dir=tmp_path, steps=steps, group_size=2, groups_per_step=1,
         max_inflight_attempts=4, max_attempt_retries=2, discard_zero_signal_groups=True, seed=0, max_worker_restarts=2,
         worker_start_timeout_sec=120, writer=MetricsWriter(tmp_path, tensorboard=False),
+        # scripted rollouts outpace the FSDP trainer: with the default bound (groups_per_step × max_staleness)
+        # every worker would wait for queue room while step 1 runs, leaving no in-flight attempt to kill
+        max_queued_groups=64,
     )
 
 
@@ -143,7 +146,10 @@ def test_async_loop_on_ray_survives_a_killed_rollout_worker(local_ray, tmp_path)
         async with asyncio.timeout(180):
             while runtime.trainer.step < 1:
                 await asyncio.sleep(0.05)
-        assert runtime.running_attempts > 0, "rollouts keep running while the trainer steps"
+        async with asyncio.timeout(30):  # between two attempts a worker's count dips to 0 for an instant
+            while not runtime.running_attempts:
+                await asyncio.sleep(0.01)
+        assert runtime.trainer.step < runtime.steps, "rollouts keep running while the trainer steps"
         killed.update(version=runtime.trainer.weight_version)
         ray.kill(runtime.workers[0].handle, no_restart=False)  # Ray restarts it (max_restarts)
         return await run
