@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from fireflash.engines.kv import GrowingLayer, PaddedBatch, cache_from
+from fireflash.engines.kv import GrowingLayer, cache_from
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +46,7 @@ def test_never_writes_into_tensors_it_was_given():
     cache = cache_from([(entry[0][:, :, :6], entry[1][:, :, :6])])
     cache.update(*_kv(1, 3, 1), 0)
     assert torch.equal(entry[0], snapshot[0]) and torch.equal(entry[1], snapshot[1])
-    # a tensor assigned from outside (PaddedBatch join/drop/compact) is re-homed, not written into
+    # a tensor assigned from outside is re-homed, not written into
     layer = cache.layers[0]
     outside = _kv(1, 9, 2)
     layer.keys, layer.values = outside
@@ -54,16 +54,3 @@ def test_never_writes_into_tensors_it_was_given():
     keys, _ = layer.update(*_kv(1, 1, 3))
     assert torch.equal(outside[0], before) and keys.shape[2] == 10
     torch.testing.assert_close(keys[:, :, :9], before, rtol=0, atol=0)
-
-
-def test_padded_batch_rows_joining_and_leaving_keep_their_columns():
-    batch = PaddedBatch()
-    a, b = _kv(1, 5, 0), _kv(1, 3, 1)
-    batch.add_row([a])
-    batch.add_row([b])
-    batch.cache.update(*_kv(2, 1, 2), 0)  # one decode column for both rows
-    batch.mask = torch.cat([batch.mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
-    batch.keep_rows([1])
-    (row,) = batch.row_kv(0)
-    torch.testing.assert_close(row[0][:, :, :3], b[0], rtol=0, atol=0)
-    assert row[0].shape[2] == 4

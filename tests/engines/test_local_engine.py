@@ -39,12 +39,14 @@ def test_implements_engine_protocol(tiny):
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0)])
-def test_logprobs_match_teacher_forced_pass(tok, tiny, temperature, top_p, assert_matches_teacher):
-    """Issue 6 exactness: sampled-token logprobs within 1e-4 of a teacher-forced forward; top-k = torch.topk."""
+@pytest.mark.parametrize("chunk", [256, 7])
+def test_logprobs_match_teacher_forced_pass(tok, tiny, temperature, top_p, chunk, assert_matches_teacher):
+    """Issue 6 exactness: sampled-token logprobs within 1e-4 of a teacher-forced forward; top-k = torch.topk.
+    With 7-token chunks every prompt is prefilled over several forwards packed with other rows' decoding."""
     reference = build_tiny_model(len(tok))
 
     async def main():
-        engine = LocalEngine(tiny, max_batch_size=4)
+        engine = LocalEngine(tiny, max_batch_size=4, prefill_chunk_tokens=chunk)
         requests = [
             req(tok, f"r{i}", i + 1, temperature=temperature, top_p=top_p, max_new_tokens=8 + 5 * i)
             for i in range(4)
@@ -60,13 +62,15 @@ def test_logprobs_match_teacher_forced_pass(tok, tiny, temperature, top_p, asser
         assert_matches_teacher(reference, r, res)
 
 
-def test_batched_results_equal_solo_results_with_staggered_arrivals(tok, tiny):
-    """Rows join and leave between decode steps without changing any row's tokens (per-request generators)."""
+@pytest.mark.parametrize("chunk", [256, 5])
+def test_batched_results_equal_solo_results_with_staggered_arrivals(tok, tiny, chunk):
+    """Rows join and leave between decode steps without changing any row's tokens (per-request generators),
+    whether a prompt is prefilled in one forward or in chunks packed with other rows' decode steps."""
     state = {k: v.clone() for k, v in tiny.state_dict().items()}
     requests = [req(tok, f"s{i}", 1 + i % 3, max_new_tokens=6 + 4 * i) for i in range(6)]
 
     async def staggered():
-        engine = LocalEngine(tiny, max_batch_size=3)
+        engine = LocalEngine(tiny, max_batch_size=3, prefill_chunk_tokens=chunk)
 
         async def later(i, r):
             await asyncio.sleep(0.02 * i)
@@ -142,6 +146,31 @@ def test_update_weights_running_requests_finish_on_their_version(tok, tiny, asse
     assert res_old.token_ids != res_new.token_ids
 
 
+def test_update_weights_mid_prefill_restarts_the_prompt_on_the_new_weights(tok, tiny, assert_matches_teacher):
+    """A request caught half-prefilled has sampled nothing: it is prefilled again, sampled on the new version."""
+    new = build_tiny_model(len(tok), seed=1)
+
+    async def main():
+        engine = LocalEngine(tiny, prefill_chunk_tokens=1)  # one prompt token per forward: a long prefill
+        request = req(tok, "mid", 20, max_new_tokens=6)
+        running = asyncio.create_task(engine.generate([request]))
+        while engine.stats["prefill_tokens"] < 2:
+            await asyncio.sleep(0.001)
+        await engine.pause()
+        caught = engine.stats["prefill_tokens"]
+        await engine.update_weights(new.state_dict(), version=1)
+        await engine.resume()
+        (res,) = await running
+        await engine.close()
+        return request, res, caught, engine.stats["prefill_tokens"]
+
+    request, res, caught, total = asyncio.run(main())
+    n = len(request.prompt_ids)
+    assert 2 <= caught < n, "paused mid-prefill"
+    assert res.weight_version == 1 and total == caught + n  # the partial prefill was discarded, not reused
+    assert_matches_teacher(new, request, res)
+
+
 def test_update_weights_from_hf_directory_and_bad_weights(tok, tiny, tmp_path, assert_matches_teacher):
     new = build_tiny_model(len(tok), seed=2)
     new.save_pretrained(tmp_path / "ckpt")
@@ -204,6 +233,44 @@ def test_prefix_cache_reuses_previous_turn_and_group_prompt_exactly(tok, tiny, a
     assert r3.n_cached_prompt_tokens == len(sibling.prompt_ids) - 1
     assert_matches_teacher(reference, second, r2)
     assert_matches_teacher(reference, sibling, r3)
+
+
+def test_group_arriving_together_prefills_its_shared_prompt_once(tok, tiny, assert_matches_teacher):
+    """The attempts of a group arrive at once with one prompt: the first is prefilled (in chunks), the
+    others wait for it and take its KV from the prefix cache, each prefilling only its last token."""
+    reference = build_tiny_model(len(tok))
+    group = [req(tok, f"g{i}", 3, max_new_tokens=5) for i in range(4)]
+    other = req(tok, "other", 1, max_new_tokens=5)  # no shared prefix beyond a few tokens: not held back
+
+    async def main():
+        engine = LocalEngine(tiny, max_batch_size=8, prefill_chunk_tokens=16, prefix_cache_tokens=4096)
+        results = await engine.generate([*group, other])
+        await engine.close()
+        return results, engine.stats
+
+    results, stats = asyncio.run(main())
+    n = len(group[0].prompt_ids)
+    assert [r.n_cached_prompt_tokens for r in results[:4]] == [0, n - 1, n - 1, n - 1]
+    assert stats["prefill_tokens"] == n + 3 + len(other.prompt_ids) - results[4].n_cached_prompt_tokens
+    for r, res in zip([*group, other], results, strict=True):
+        assert_matches_teacher(reference, r, res)
+
+
+def test_model_whose_attention_bypasses_the_interface_is_refused(tok, tiny):
+    """A model whose attention never reaches the packed attention would decode without KV: a clear error."""
+    from fireflash.engines.packed import UnsupportedModel
+
+    for layer in tiny.model.layers:  # attention that ignores the configured implementation
+        config = {**tiny.config.to_dict(), "_attn_implementation": "sdpa"}
+        layer.self_attn.config = type(layer.self_attn.config)(**config)
+
+    async def main():
+        engine = LocalEngine(tiny)
+        with pytest.raises(UnsupportedModel, match="0 of 2 attention layers"):
+            await engine.generate([req(tok, "u")])
+        await engine.close()
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fireflash.engines.kv import PaddedBatch, PrefixCache
+from fireflash.engines.kv import PrefixCache, SlotBatch
 from fireflash.engines.lookup import propose_draft
 from fireflash.engines.sampling import accept_draft, request_seed, sample_token, sampling_logprobs
 
@@ -71,20 +71,35 @@ def _kv(values: list[float], layers: int = 2) -> list[tuple[torch.Tensor, torch.
     return [(t.clone(), -t.clone()) for _ in range(layers)]
 
 
-def test_padded_batch_right_aligns_drops_rows_and_compacts_holes():
-    batch = PaddedBatch()
+def test_slot_batch_writes_steps_at_each_rows_length_and_skips_rejected_drafts():
+    batch = SlotBatch()
     batch.add_row(_kv([1.0, 2.0]))
     batch.add_row(_kv([3.0, 4.0, 5.0, 6.0]))
-    assert batch.mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
-    assert batch.cache.layers[0].keys[0, 0, :, 0].tolist() == [0, 0, 1, 2]
-    batch.keep_rows([0])  # leading padding columns disappear
-    assert batch.mask.tolist() == [[1, 1]]
-    batch.add_row(_kv([7.0, 8.0, 9.0]))
-    batch.mask[1, 1] = 0  # a rejected draft column inside row 1
-    assert [k[0, 0, :, 0].tolist() for k, _ in batch.row_kv(1)] == [[7.0, 9.0]] * 2
-    batch.compact(force=True)
-    assert batch.mask.tolist() == [[1, 1], [1, 1]]
-    assert batch.cache.layers[1].values[1, 0, :, 0].tolist() == [-7.0, -9.0]
+    mask = batch.begin_step(width=2)  # two new tokens per row, at columns 2-3 (row 0) and 4-5 (row 1)
+    assert mask.shape == (2, 1, 2, 6)
+    assert mask[0, 0].long().tolist() == [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    assert mask[1, 0].long().tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]]
+    for layer in range(2):
+        new = torch.tensor([[10.0, 11.0], [12.0, 13.0]]).view(2, 1, 2, 1)
+        keys, values = batch.update(new, -new, layer)
+        assert keys.shape == (2, 1, 6, 1) and keys[0, 0, :4, 0].tolist() == [1, 2, 10, 11]
+    batch.advance(torch.tensor([1, 2]))  # row 0's draft was rejected: only its first token counts
+    assert batch.lengths.tolist() == [3, 6]
+    assert [k[0, 0, :, 0].tolist() for k, _ in batch.row_kv(0)] == [[1.0, 2.0, 10.0]] * 2
+    assert batch.row_kv(1)[1][1][0, 0, :, 0].tolist() == [-3.0, -4.0, -5.0, -6.0, -12.0, -13.0]
+
+
+def test_slot_batch_leaving_rows_moves_only_the_rows_past_the_end():
+    batch = SlotBatch()
+    for n in range(4):
+        batch.add_row(_kv([float(10 * n + j) for j in range(n + 1)]))
+    order = batch.keep_rows([0, 3])  # slot 1 is a hole, row 3 moves into it; row 0 stays
+    assert order == [0, 3] and batch.lengths.tolist() == [1, 4]
+    assert [k[0, 0, :, 0].tolist() for k, _ in batch.row_kv(1)] == [[30.0, 31.0, 32.0, 33.0]] * 2
+    assert batch.keep_rows([1]) == [1] and batch.row_kv(0)[0][0][0, 0, :, 0].tolist() == [30, 31, 32, 33]
+    assert batch.keep_rows([]) == [] and batch.n_rows == 0
+    batch.add_row(_kv([5.0]))  # usable again after emptying
+    assert batch.lengths.tolist() == [1]
 
 
 def test_prefix_cache_returns_longest_common_prefix_and_evicts_lru():

@@ -27,6 +27,12 @@ class EngineConfig(BaseModel):
         ge=0,
         description="Local engine: KV of finished sequences kept for reuse by later turns, tokens; 0 disables.",
     )
+    prefill_chunk_tokens: int = Field(
+        256,
+        ge=1,
+        description="Local engine: most prompt tokens prefilled per forward, packed with the decode rows "
+        "(chunked prefill); larger chunks use the matmuls better, smaller ones stall decoding less.",
+    )
     rollout_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32",
         description="Local engine: dtype of the rollout copy of the weights. Lower precision creates the "

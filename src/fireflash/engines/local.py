@@ -2,9 +2,12 @@
 
 Why our own scheduler: an attempt's turns arrive one at a time from many concurrent attempts, so a
 useful CPU engine must batch *across* requests that start and finish at different times. A worker
-thread owns the model and repeats: take queued requests (prefill each, reusing cached prefixes), add
-them to the padded KV batch, run one decode step for every running row, sample, retire finished rows.
-Requests join and leave between decode steps (see ``kv.PaddedBatch`` for the layout).
+thread owns the model and repeats one packed forward (``packed``): a decode token for every running
+row plus up to ``prefill_chunk_tokens`` of queued prompts (chunked prefill, reusing cached prefixes),
+then samples, retires finished rows and adds fully prefilled requests to the padded KV batch. Requests
+join and leave between steps, each in its own KV slot (``kv.SlotBatch``). A request whose prompt shares a
+longer prefix with one still being prefilled waits for it, then reuses its KV from the prefix cache
+(the attempts of a group arrive together with one system prompt and task).
 
 What a result's numbers mean (RECIPE.md §1, §5): ``logprobs`` / ``topk_logprobs`` are log q under
 softmax(logits / temperature) before top-p (``sampling`` module docstring), computed from the same
@@ -38,8 +41,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from fireflash.engines.kv import PaddedBatch, PrefixCache, cache_from, cache_tensors
+from fireflash.engines.kv import PrefixCache, SlotBatch, cache_from, cache_tensors
 from fireflash.engines.lookup import propose_draft
+from fireflash.engines.packed import (
+    DecodePart,
+    PackPlan,
+    PrefillPart,
+    packed_forward,
+    prefill_mask,
+    use_packed_attention,
+)
 from fireflash.engines.sampling import (
     accept_draft,
     request_seed,
@@ -49,6 +60,9 @@ from fireflash.engines.sampling import (
 )
 from fireflash.engines.weights import check_weights, install_weights, read_weights
 from fireflash.protocols import GenerateRequest, GenerateResult
+
+# a request waits for another still being prefilled only if that saves more than this many tokens
+_SHARE_MIN_TOKENS = 16
 
 
 class EngineClosed(RuntimeError):
@@ -69,9 +83,10 @@ class _Row:
     tokens: list[int]  # prompt + sampled; the last one is not yet in the KV cache
     n_prompt: int
     t_submit: float
-    position: int = 0  # tokens of this row in the KV cache = RoPE position of tokens[-1]
     version: int = -1
     n_cached: int = 0
+    cache: Any = None  # DynamicCache of the prompt prefix prefilled so far; None before and after prefill
+    n_prefilled: int = 0  # prompt tokens in ``cache``
     logprobs: list[float] = field(default_factory=list)
     topk_ids: list[list[int]] = field(default_factory=list)
     topk_logprobs: list[list[float]] = field(default_factory=list)
@@ -92,7 +107,7 @@ class _VersionBatch:
     model: torch.nn.Module
     version: int
     rows: list[_Row] = field(default_factory=list)
-    kv: PaddedBatch = field(default_factory=PaddedBatch)
+    kv: SlotBatch = field(default_factory=SlotBatch)
 
 
 class LocalEngine:
@@ -105,6 +120,8 @@ class LocalEngine:
         prompt_lookup_tokens: speculative draft length per step, tokens; 0 disables.
         prompt_lookup_ngram_max: longest suffix n-gram matched for drafts, tokens.
         prefix_cache_tokens: KV of finished sequences kept for reuse, tokens; 0 disables.
+        prefill_chunk_tokens: most prompt tokens prefilled in one forward (packed with the decode rows);
+            larger chunks run the matmuls more efficiently, smaller ones stall decoding less.
         seed: engine seed; a request without ``params.seed`` draws from crc32(f"{seed}:{request_id}").
         num_threads: torch intra-op threads (process-wide setting); None leaves torch's choice.
         rollout_dtype: dtype of the rollout copy ('float32', 'bfloat16', 'float16'); a lower precision
@@ -120,6 +137,7 @@ class LocalEngine:
         prompt_lookup_tokens: int = 0,
         prompt_lookup_ngram_max: int = 3,
         prefix_cache_tokens: int = 32768,
+        prefill_chunk_tokens: int = 256,
         seed: int = 0,
         num_threads: int | None = None,
         rollout_dtype: str = "float32",
@@ -127,13 +145,17 @@ class LocalEngine:
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens must be >= 1, got {prefill_chunk_tokens}")
         dtype = getattr(torch, rollout_dtype, None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"rollout_dtype {rollout_dtype!r}: use 'float32', 'bfloat16' or 'float16'")
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.model = model.to(dtype).eval()
+        use_packed_attention(self.model)
         self.max_batch_size = max_batch_size
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.prompt_lookup_ngram_max = prompt_lookup_ngram_max
         self.seed = seed
@@ -144,6 +166,7 @@ class LocalEngine:
         self._prefix_cache = PrefixCache(prefix_cache_tokens)
         self._batches: list[_VersionBatch] = []
         self._waiting: deque[_Row] = deque()
+        self._prefilling: list[_Row] = []  # admitted, prompt not yet fully in the KV cache (worker thread)
         self._commands: deque[tuple[Callable[[], None], Callable[[BaseException | None], None]]] = deque()
         self._paused = False
         self._closed = False
@@ -275,7 +298,7 @@ class LocalEngine:
             self._closed = True
             crash = RuntimeError(f"local engine worker crashed: {e!r}")
             crash.__cause__ = e
-            for row in [r for b in self._batches for r in b.rows] + list(self._waiting):
+            for row in self._all_rows():
                 row.resolve(crash)
             for _, done in self._commands:
                 done(crash)
@@ -286,7 +309,7 @@ class LocalEngine:
                 while not (
                     self._commands
                     or self._closed
-                    or (not self._paused and (self._waiting or self._n_running()))
+                    or (not self._paused and (self._waiting or self._prefilling or self._n_running()))
                 ):
                     self._cond.wait()
                 commands = list(self._commands)
@@ -304,20 +327,27 @@ class LocalEngine:
             if self._paused:
                 continue
             self._admit()
+            current = self._current_batch()
             for batch in list(self._batches):
-                if batch.rows:
+                prefills = self._plan_prefills() if batch is current else []
+                if batch.rows or prefills:
                     try:
-                        self._step(batch)
-                    except Exception as e:  # noqa: BLE001 - fail this batch's requests, keep serving the others
-                        for row in batch.rows:
+                        self._step(batch, prefills)
+                    except Exception as e:  # noqa: BLE001 - fail this step's requests, serve the others
+                        failed = batch.rows + [r for r, _ in prefills]
+                        for row in failed:
                             row.resolve(e)
-                        batch.rows, batch.kv = [], PaddedBatch()
+                        batch.rows, batch.kv = [], SlotBatch()
+                        self._prefilling = [r for r in self._prefilling if all(r is not f for f in failed)]
             self._batches = [
                 b for b in self._batches if b.rows or (b.model is self.model and b.version == self._version)
             ]
 
     def _n_running(self) -> int:
         return sum(len(b.rows) for b in self._batches)
+
+    def _all_rows(self) -> list[_Row]:
+        return [r for b in self._batches for r in b.rows] + self._prefilling + list(self._waiting)
 
     def _current_batch(self) -> _VersionBatch:
         for batch in self._batches:
@@ -336,55 +366,72 @@ class LocalEngine:
         install_weights(self.model, state)
         self._version = version
         self._prefix_cache.clear()
+        for row in self._prefilling:  # nothing sampled yet: prefill again, on the new weights
+            row.cache, row.n_prefilled = None, 0
 
     def _abort_all(self) -> None:
-        rows = [r for b in self._batches for r in b.rows] + list(self._waiting)
+        rows = self._all_rows()
         self._waiting.clear()
+        self._prefilling = []
         self._batches = []
         for row in rows:
             row.finish_reason = "abort"
             row.resolve(self._result(row, time.perf_counter()))
 
     def _admit(self) -> None:
-        while self._waiting and self._n_running() < self.max_batch_size:
+        """Move queued requests to prefill while the batch has room (rows decoding + rows prefilling)."""
+        while self._waiting and self._n_running() + len(self._prefilling) < self.max_batch_size:
             with self._cond:
                 row = self._waiting.popleft()
-            if row.cancelled:
-                continue
-            try:
-                self._prefill(row)
-            except Exception as e:  # noqa: BLE001 - a bad request must not stop the engine
-                row.resolve(e)
+            if not row.cancelled:
+                row.t_admit = time.perf_counter()
+                self._prefilling.append(row)
 
-    def _prefill(self, row: _Row) -> None:
-        row.t_admit = time.perf_counter()
-        batch = self._current_batch()
-        row.version = batch.version
+    def _plan_prefills(self) -> list[tuple[_Row, int]]:
+        """This step's prompt chunks, (row, tokens), in admission order within ``prefill_chunk_tokens``."""
+        self._prefilling = [r for r in self._prefilling if not r.cancelled]
+        plan, budget = [], self.prefill_chunk_tokens
+        for row in self._prefilling:
+            if budget == 0:
+                break
+            if row.cache is None and not self._start_prefill(row):
+                continue
+            take = min(budget, row.n_prompt - row.n_prefilled)
+            plan.append((row, take))
+            budget -= take
+        return plan
+
+    def _start_prefill(self, row: _Row) -> bool:
+        """Start ``row``'s KV cache from its longest cached prefix. False (try again next step) while a
+        request still being prefilled shares a longer prefix: it will be in the prefix cache when done."""
         prompt = np.asarray(row.tokens, dtype=np.int64)
         n_cached, cached_kv = self._prefix_cache.lookup(prompt)
-        cache = cache_from(cached_kv) if cached_kv else None  # cache tensors are never written in place
-        new = prompt[n_cached:]
-        out = batch.model(
-            input_ids=torch.from_numpy(new).unsqueeze(0),
-            position_ids=torch.arange(n_cached, prompt.shape[0]).unsqueeze(0),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.stats["prefill_tokens"] += int(new.shape[0])
+        if self._prefix_cache.max_tokens > 0:
+            for other in self._prefilling:
+                shared = _common_prefix(prompt, other.tokens) if other.cache is not None else 0
+                if shared > n_cached + _SHARE_MIN_TOKENS:
+                    return False
+        row.cache = cache_from(cached_kv)  # cached tensors are never written in place
+        row.n_cached = row.n_prefilled = n_cached
+        row.version = self._version
         self.stats["cached_tokens"] += n_cached
-        row.n_cached = n_cached
-        row.position = prompt.shape[0]
-        logits = out.logits[:, -1, :].float()
-        self._emit_sampled(row, logits[0], sampling_logprobs(logits, _temps([row]))[0])
+        return True
+
+    def _finish_prefill(self, row: _Row, batch: _VersionBatch, logits: torch.Tensor) -> None:
+        """Sample ``row``'s first token from its last prompt position's ``logits`` [V]; add it to
+        ``batch``."""
+        self._prefilling = [r for r in self._prefilling if r is not row]
+        self._emit_sampled(row, logits, sampling_logprobs(logits.unsqueeze(0), _temps([row]))[0])
         row.t_prefilled = time.perf_counter()
+        # exact-size copies: the growing buffers carry spare room the prefix cache should not keep alive
+        kv = [(k.contiguous(), v.contiguous()) for k, v in cache_tensors(row.cache)]
+        row.cache = None
+        if self._prefix_cache.max_tokens > 0:
+            # cached at once, not only when the row finishes: the other attempts of a group arrive together
+            self._prefix_cache.insert(np.asarray(row.tokens[: row.n_prompt], dtype=np.int64), kv)
         if row.finish_reason is not None:
             row.resolve(self._result(row, row.t_prefilled))
             return
-        kv = cache_tensors(out.cache)
-        if self._prefix_cache.max_tokens > 0:
-            # cached at once, not only when the row finishes: the other attempts of a group arrive together
-            self._prefix_cache.insert(prompt, kv)
         batch.kv.add_row(kv)
         batch.rows.append(row)
 
@@ -432,38 +479,50 @@ class LocalEngine:
             )
         return drafts
 
-    def _step(self, batch: _VersionBatch) -> None:
-        """One forward for every row of ``batch``: a decode step, or a draft-verification step."""
+    def _step(self, batch: _VersionBatch, prefills: list[tuple[_Row, int]]) -> None:
+        """One packed forward on ``batch``'s weights: a decode (or draft-verification) step for each of its
+        rows, and the next prompt chunk of each request in ``prefills`` (see the ``packed`` module)."""
         rows = batch.rows
         drafts = self._drafts(batch)
-        width = 1 + max(len(d) for d in drafts)
-        n_rows, n_cols = len(rows), batch.kv.n_columns
-        input_ids = torch.zeros(n_rows, width, dtype=torch.long)
-        new_mask = torch.zeros(n_rows, width, dtype=torch.long)
-        for i, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
-            input_ids[i, : 1 + len(draft)] = torch.tensor([row.tokens[-1], *draft])
-            new_mask[i, : 1 + len(draft)] = 1
-        positions = torch.tensor([r.position for r in rows]).unsqueeze(1) + torch.arange(width).unsqueeze(0)
-        mask = torch.cat([batch.kv.mask, new_mask], dim=1)
-        out = batch.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=batch.kv.cache,
-            use_cache=True,
-            logits_to_keep=width,
-        )
-        self.stats["decode_steps"] += 1
-        batch.kv.mask = mask
-        logits = out.logits.float()  # [B, width, V]
-        logq = sampling_logprobs(logits, _temps(rows).unsqueeze(-1))
-        kmax = max(r.request.params.n_top_logprobs for r in rows)
-        ids, vals = top_k(logq, kmax)
-        for i, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
-            n_emitted = self._verify(row, draft, logits[i], logq[i], ids[i], vals[i])
-            row.position += n_emitted
-            batch.kv.mask[i, n_cols + n_emitted :] = 0
-        self._retire(batch)
+        width = 1 + max((len(d) for d in drafts), default=0)
+        n_decode = len(rows) * width
+        ids, positions, decode = [], [], None
+        if rows:
+            # padding after a short draft gets token 0: its KV column is never counted (``advance``)
+            step_ids = torch.zeros(len(rows), width, dtype=torch.long)
+            for i, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
+                step_ids[i, : 1 + len(draft)] = torch.tensor([row.tokens[-1], *draft])
+            ids.append(step_ids.flatten())
+            positions.append((batch.kv.lengths.unsqueeze(1) + torch.arange(width)).flatten())
+            decode = DecodePart(batch.kv, len(rows), width, batch.kv.begin_step(width))
+        parts, keep = [], list(range(n_decode))
+        for row, take in prefills:
+            start = row.n_prefilled
+            ids.append(torch.tensor(row.tokens[start : start + take]))
+            positions.append(torch.arange(start, start + take))
+            parts.append(PrefillPart(row.cache, take, prefill_mask(start, take)))
+            if start + take == row.n_prompt:
+                keep.append(n_decode + sum(p.n_new for p in parts) - 1)
+        plan, keep_ids = PackPlan(decode, parts), torch.tensor(keep, dtype=torch.long)
+        logits = packed_forward(batch.model, torch.cat(ids), torch.cat(positions), plan, keep_ids).float()  # [K, V]
+        if rows:
+            self.stats["decode_steps"] += 1
+            step_logits = logits[:n_decode].unflatten(0, (len(rows), width))  # [B, width, V]
+            logq = sampling_logprobs(step_logits, _temps(rows).unsqueeze(-1))
+            kmax = max(r.request.params.n_top_logprobs for r in rows)
+            top_ids, top_vals = top_k(logq, kmax)
+            emitted = [
+                self._verify(row, draft, step_logits[i], logq[i], top_ids[i], top_vals[i])
+                for i, (row, draft) in enumerate(zip(rows, drafts, strict=True))
+            ]
+            batch.kv.advance(torch.tensor(emitted))
+            self._retire(batch)
+        first_tokens = iter(logits[n_decode:])
+        for row, take in prefills:
+            row.n_prefilled += take
+            self.stats["prefill_tokens"] += take
+            if row.n_prefilled == row.n_prompt:
+                self._finish_prefill(row, batch, next(first_tokens))
 
     def _verify(
         self,
@@ -501,10 +560,7 @@ class LocalEngine:
                 self._prefix_cache.insert(np.asarray(row.tokens[:-1], dtype=np.int64), batch.kv.row_kv(i))
             row.resolve(self._result(row, now))
         if len(keep) != len(batch.rows):
-            batch.rows = [batch.rows[i] for i in keep]
-            batch.kv.keep_rows(keep)
-        else:
-            batch.kv.compact(force=False)
+            batch.rows = [batch.rows[i] for i in batch.kv.keep_rows(keep)]
 
     def _result(self, row: _Row, now: float) -> GenerateResult:
         prefilled = row.t_prefilled or now
@@ -523,6 +579,13 @@ class LocalEngine:
                 "decode": max(0.0, now - prefilled),
             },
         )
+
+
+def _common_prefix(a: np.ndarray, b: Sequence[int]) -> int:
+    """Length of the common prefix of token ids ``a`` and ``b``."""
+    n = min(a.shape[0], len(b))
+    differ = np.flatnonzero(a[:n] != np.asarray(b[:n], dtype=np.int64))
+    return int(differ[0]) if differ.size else n
 
 
 def _temps(rows: Sequence[_Row]) -> torch.Tensor:

@@ -1,0 +1,201 @@
+"""Packed forward of the local engine: decode rows and prefill chunks of other requests in one forward pass.
+
+Why: on a CPU, prefilling a turn's tool result is compute-bound (~300-450 tokens/s for SmolLM2-135M on 2
+cores) while a decode step of 16 rows is bound by reading the weights (~0.15-0.4 s whatever the rows do).
+Run separately, every prefill stalls all decoding rows; packed together, the decode rows' 16 tokens add a
+few percent to a 256-token prefill chunk's matmuls and their decode step costs nearly nothing (the
+"chunked prefill" / mixed batches of vLLM and SGLang).
+
+How: all new tokens go through the model as one sequence ``[1, N]`` with their own position ids, so every
+linear layer runs once over N real tokens (no padding). Only attention differs per request; it is
+dispatched through transformers' ``AttentionInterface`` to ``packed_attention``, which splits the packed
+queries, keys and values by the ``PackPlan`` passed as a forward keyword, appends keys/values to each
+part's own KV cache, and attends each part to its own cache:
+
+- the decode part: B rows × w tokens each (w = 1, or 1 + draft length when speculating), written into
+  the rows' slots (``kv.SlotBatch``), each row attending to its own length, causal among the w tokens;
+- one prefill part per request being prefilled: a chunk of its prompt appended to its private cache
+  (which starts from a prefix-cache hit or empty), causal with the cache offset.
+
+Without a plan the function is transformers' SDPA attention (with SDPA's masks), so the model keeps working
+for anything else that calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from fireflash.engines.kv import SlotBatch
+
+ATTN_IMPLEMENTATION = "fireflash_packed"
+PLAN_KWARG = "fireflash_pack"
+
+
+class UnsupportedModel(TypeError):
+    """The model's attention layers do not dispatch through transformers' ``AttentionInterface``."""
+
+
+@dataclass
+class DecodePart:
+    """The decode rows of one padded batch: ``rows`` × ``width`` packed tokens, row-major.
+
+    Attributes:
+        cache: the rows' ``kv.SlotBatch``; ``update`` writes each layer's [rows, H_kv, width, D].
+        mask: [rows, 1, width, L] bool from ``SlotBatch.begin_step``, True where a query may attend.
+    """
+
+    cache: SlotBatch
+    rows: int
+    width: int
+    mask: torch.Tensor
+
+
+@dataclass
+class PrefillPart:
+    """``n_new`` consecutive prompt tokens of one request, appended to its own cache.
+
+    Attributes:
+        cache: the request's KV cache so far (C columns); each layer appends [1, H_kv, n_new, D].
+        mask: [1, 1, n_new, C + n_new] bool (causal with offset C); None when C = 0 (plain causal).
+    """
+
+    cache: DynamicCache
+    n_new: int
+    mask: torch.Tensor | None
+
+
+@dataclass
+class PackPlan:
+    """How the packed sequence splits: the decode part first (if any), then the prefill parts in order."""
+
+    decode: DecodePart | None
+    prefills: list[PrefillPart]
+    layers_seen: set[int] = field(default_factory=set)
+
+    @property
+    def n_tokens(self) -> int:
+        n = self.decode.rows * self.decode.width if self.decode else 0
+        return n + sum(p.n_new for p in self.prefills)
+
+
+def prefill_mask(n_cached: int, n_new: int) -> torch.Tensor | None:
+    """[1, 1, n_new, n_cached + n_new] bool: query i attends to columns <= n_cached + i; None if no cache."""
+    if n_cached == 0:
+        return None
+    cols = torch.arange(n_cached + n_new)
+    rows = torch.arange(n_new).unsqueeze(1) + n_cached
+    return (cols <= rows)[None, None]
+
+
+def packed_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention over a packed sequence (``AttentionInterface`` signature).
+
+    Args:
+        query: [1, H, N, D]; key, value: [1, H_kv, N, D] (RoPE applied), N = ``plan.n_tokens``.
+        kwargs[PLAN_KWARG]: the ``PackPlan``; without one this is transformers' SDPA attention.
+
+    Returns:
+        ([1, N, H, D] attention output, None).
+    """
+    plan: PackPlan | None = kwargs.pop(PLAN_KWARG, None)
+    if plan is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    layer = module.layer_idx
+    plan.layers_seen.add(layer)
+    gqa = query.shape[1] != key.shape[1]
+    outs, offset = [], 0
+    if plan.decode is not None:
+        d = plan.decode
+        n = d.rows * d.width
+
+        def rows_of(t: torch.Tensor) -> torch.Tensor:  # [1, H, n, D] → [B, H, w, D]
+            return t[0, :, :n].unflatten(1, (d.rows, d.width)).transpose(0, 1)
+
+        keys, values = d.cache.update(rows_of(key), rows_of(value), layer)
+        out = F.scaled_dot_product_attention(
+            rows_of(query), keys, values, attn_mask=d.mask, scale=scaling, enable_gqa=gqa
+        )
+        outs.append(out.transpose(0, 1).flatten(1, 2))  # [H, n, D]
+        offset = n
+    for p in plan.prefills:
+        span = slice(offset, offset + p.n_new)
+        keys, values = p.cache.update(key[:, :, span], value[:, :, span], layer)
+        out = F.scaled_dot_product_attention(
+            query[:, :, span], keys, values, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling,
+            enable_gqa=gqa,
+        )
+        outs.append(out[0])
+        offset += p.n_new
+    return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0), None
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, packed_attention)
+# masks as for SDPA, so a plain forward of the engine's model (a test's teacher-forced pass, padded
+# batches) stays correct; packed forwards ignore the mask it builds
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+
+
+def use_packed_attention(model: torch.nn.Module) -> None:
+    """Route ``model``'s attention through ``packed_attention`` (the local engine owns the model).
+
+    Raises:
+        UnsupportedModel: the config has no attention implementation to set (not a transformers model).
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "_attn_implementation"):
+        raise UnsupportedModel(
+            f"{type(model).__name__} is not a transformers model with a config; the local engine needs one"
+        )
+    config._attn_implementation = ATTN_IMPLEMENTATION
+
+
+def packed_forward(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    plan: PackPlan,
+    keep: torch.Tensor,
+) -> torch.Tensor:
+    """One forward over the packed tokens; returns [len(keep), V] logits at the packed indices ``keep``.
+
+    Args:
+        input_ids, positions: [N] token ids and their RoPE positions, in ``plan`` order.
+        keep: [K] int64 indices into the packed sequence whose logits are needed (the vocabulary
+            projection runs only there).
+
+    Raises:
+        UnsupportedModel: some attention layer did not go through ``packed_attention`` (its KV would
+            be missing): the model's attention does not use transformers' ``AttentionInterface``.
+    """
+    n_layers = model.config.num_hidden_layers
+    out = model(
+        input_ids=input_ids.unsqueeze(0),
+        position_ids=positions.unsqueeze(0),
+        use_cache=False,
+        logits_to_keep=keep,
+        **{PLAN_KWARG: plan},
+    )
+    if len(plan.layers_seen) != n_layers:
+        raise UnsupportedModel(
+            f"{type(model).__name__}: {len(plan.layers_seen)} of {n_layers} attention layers used the packed "
+            "attention; the local engine needs a model whose attention dispatches through transformers' "
+            "AttentionInterface (Llama, Qwen2/3, Mistral, Gemma families do)"
+        )
+    return out.logits[0]
