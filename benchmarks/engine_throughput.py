@@ -1,10 +1,18 @@
 """Local engine throughput: continuous batching at several concurrencies, and prompt-lookup speculation.
 
 Part 1 — aggregate decode throughput. ``c`` simulated agents (c = 1, 4, 16, 32) arrive ``--stagger-sec``
-apart; each runs ``--turns`` turns of ``--tokens`` sampled tokens at the training temperature, appending a
-tool result between turns (the next prompt extends the previous turn's tokens, as the harness does).
-Reported: sampled tokens / wall seconds from first arrival to last finish (prefill included, because
-rollouts pay for it), and the ratio to c = 1, all measured in this one run.
+apart; each runs ``--turns`` turns of sampled tokens at the training temperature, appending a tool result
+between turns (the next prompt extends the previous turn's tokens, as the harness does). Reported: sampled
+tokens / wall seconds from first arrival to last finish (prefill included, because rollouts pay for it),
+and the ratio to c = 1, all measured in this one run, for two workload shapes:
+
+- ``rollout``: the shape of real rollouts, measured on the 165 saved eval trajectories of the SFT'd
+  SmolLM2 (runs/eval-*, 2026-11-30): a ~1,050-token first prompt (the system prompt, shared, plus a task),
+  a median of 2-3 turns, 67 sampled tokens per turn on average, 79 tokens of tool result between turns.
+  Here: agent i starts on bundled train task i exactly as the harness renders it, then 3 turns of
+  ``--tokens`` (64) with tool results of ~70 tokens of real text.
+- ``read-heavy``: every agent first reads a ~400-token source file, then 3 turns of 32 tokens with short
+  tool results: ~4.5 prompt tokens to prefill per sampled token, the prefill-bound extreme.
 
 Part 2 — prompt-lookup speculative decoding on agent transcripts at concurrency 1, per temperature:
 tokens/s with drafts of ``--spec-tokens`` versus without, and the draft acceptance rate. The transcripts
@@ -30,8 +38,11 @@ from pathlib import Path
 import torch
 
 from fireflash.engines.local import LocalEngine
+from fireflash.harness.prompt import opening_messages
+from fireflash.harness.rendering import ChatRenderer
 from fireflash.models import load_policy, load_tokenizer
 from fireflash.protocols import GenerateRequest, SamplingParams
+from fireflash.tasks import bundled_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM = (ROOT / "src/fireflash/harness/system_prompt.md").read_text().replace("$workdir", "/app")
@@ -45,6 +56,7 @@ TASKS = [
     "Add input validation to the main function in {path}; raise ValueError with a clear message.",
     "Fix the docstring of the first function in {path} so it states the units of every argument.",
 ]
+TRAIN_TASKS = bundled_tasks("train")
 CALL_PREFIX = '<tool_call>\n{{"name": "Edit", "arguments": {{"file_path": "/app/{name}", "old_string": "'
 
 
@@ -67,24 +79,44 @@ def transcript_ids(tok, i: int, source_chars: int) -> list[int]:
     return tok.encode(prompt + CALL_PREFIX.format(name=name), add_special_tokens=False)
 
 
-async def run_agents(
-    engine: LocalEngine, tok, n_agents: int, turns: int, tokens: int, stagger_sec: float, source_chars: int
-) -> dict:
-    tool_result = tok.encode(
-        "<|im_end|>\n<|im_start|>user\n[Edit] applied; 1 occurrence replaced.<|im_end|>\n<|im_start|>assistant\n",
-        add_special_tokens=False,
+def task_ids(tok, i: int) -> list[int]:
+    """A rollout's first prompt exactly as the harness renders it (system prompt with the tool specs, a
+    bundled train task's instruction, the call prefix of configs/local.toml): agent i gets task i."""
+    renderer = ChatRenderer(tok)
+    task = TRAIN_TASKS[i % len(TRAIN_TASKS)]
+    messages = opening_messages(task.instruction, task.environment.workdir, few_shot=False)
+    return renderer.encode(renderer.render_text(messages, add_generation_prompt=True) + '<tool_call>\n{"name": "')
+
+
+def tool_result_ids(tok, i: int, turn: int, chars: int) -> list[int]:
+    """The end of the assistant turn, a tool result of real text (``chars`` of a source file), a new turn."""
+    text = (ROOT / SOURCES[(i + turn) % len(SOURCES)]).read_text()
+    start = (97 * i + 31 * turn) % max(1, len(text) - chars)
+    body = text[start : start + chars] if chars else "[Edit] applied; 1 occurrence replaced."
+    return tok.encode(
+        f"<|im_end|>\n<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
     )
 
+
+WORKLOADS = {  # name → (first prompt, sampled tokens per turn, tool-result characters)
+    "rollout": (lambda tok, i, a: task_ids(tok, i), lambda a: a.tokens, lambda a: a.tool_chars),
+    "read-heavy": (lambda tok, i, a: transcript_ids(tok, i, a.source_chars), lambda a: 32, lambda a: 0),
+}
+
+
+async def run_agents(engine: LocalEngine, tok, n_agents: int, workload: str, args: argparse.Namespace) -> dict:
+    first_prompt, tokens, tool_chars = WORKLOADS[workload]
+
     async def agent(i: int) -> int:
-        await asyncio.sleep(i * stagger_sec)
-        ids, n = transcript_ids(tok, i, source_chars), 0
-        for turn in range(turns):
-            params = SamplingParams(temperature=1.0, max_new_tokens=tokens, n_top_logprobs=32)
+        await asyncio.sleep(i * args.stagger_sec)
+        ids, n = first_prompt(tok, i, args), 0
+        for turn in range(args.turns):
+            params = SamplingParams(temperature=1.0, max_new_tokens=tokens(args), n_top_logprobs=32)
             (res,) = await engine.generate(
                 [GenerateRequest(request_id=f"a{i}t{turn}", prompt_ids=ids, params=params)]
             )
             n += len(res.token_ids)
-            ids = ids + res.token_ids + tool_result
+            ids = ids + res.token_ids + tool_result_ids(tok, i, turn, tool_chars(args))
         return n
 
     before = dict(engine.stats)
@@ -140,6 +172,7 @@ async def main(args: argparse.Namespace) -> dict:
             prompt_lookup_tokens=spec_tokens,
             num_threads=args.threads,
             prefix_cache_tokens=args.prefix_cache_tokens,
+            prefill_chunk_tokens=args.prefill_chunk_tokens,
         )
         warm = GenerateRequest(
             request_id="warmup", prompt_ids=tok.encode("Hello"), params=SamplingParams(max_new_tokens=4)
@@ -150,27 +183,30 @@ async def main(args: argparse.Namespace) -> dict:
     print(
         f"# engine throughput — {args.model}, {args.threads} threads, load avg at start {report['load_avg_start']}"
     )
-    print(
-        f"## continuous batching: agents x {args.turns} turns x {args.tokens} tokens, arrivals {args.stagger_sec} s apart, T=1.0"
-    )
-    print(
-        f"{'agents':>6} {'tokens':>7} {'wall s':>8} {'tok/s':>8} {'x c=1':>6} {'prefill':>8} {'cached':>8} {'steps':>6}"
-    )
-    base = None
-    for c in args.concurrency:
-        engine = await engine_for(c, 0)
-        row = await run_agents(engine, tok, c, args.turns, args.tokens, args.stagger_sec, args.source_chars)
-        await engine.close()
-        base = base or row["tokens_per_sec"]
-        row["ratio_to_c1"] = row["tokens_per_sec"] / base
-        report["throughput"].append(row)
+    for workload in args.workloads:
         print(
-            f"{c:>6} {row['sampled_tokens']:>7} {row['wall_sec']:>8.1f} {row['tokens_per_sec']:>8.1f} {row['ratio_to_c1']:>6.2f} "
-            f"{row['prefill_tokens']:>8} {row['cached_tokens']:>8} {row['decode_steps']:>6}"
+            f"## continuous batching, {workload} workload: agents x {args.turns} turns, arrivals {args.stagger_sec} s "
+            f"apart, T=1.0, prefill chunks of {args.prefill_chunk_tokens}"
         )
+        print(
+            f"{'agents':>6} {'tokens':>7} {'wall s':>8} {'tok/s':>8} {'x c=1':>6} {'prefill':>8} {'cached':>8} {'steps':>6}"
+        )
+        base = None
+        for c in args.concurrency:
+            engine = await engine_for(c, 0)
+            row = await run_agents(engine, tok, c, workload, args)
+            await engine.close()
+            base = base or row["tokens_per_sec"]
+            row |= {"workload": workload, "ratio_to_c1": row["tokens_per_sec"] / base}
+            report["throughput"].append(row)
+            print(
+                f"{c:>6} {row['sampled_tokens']:>7} {row['wall_sec']:>8.1f} {row['tokens_per_sec']:>8.1f} "
+                f"{row['ratio_to_c1']:>6.2f} {row['prefill_tokens']:>8} {row['cached_tokens']:>8} {row['decode_steps']:>6}"
+            )
+        print()
 
     print(
-        f"\n## prompt-lookup speculation, concurrency 1, {args.spec_transcripts} transcripts x {args.spec_max_tokens} tokens, drafts of {args.spec_tokens}"
+        f"## prompt-lookup speculation, concurrency 1, {args.spec_transcripts} transcripts x {args.spec_max_tokens} tokens, drafts of {args.spec_tokens}"
     )
     print(f"{'T':>4} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accepted':>9}")
     for temperature in args.temperatures:
@@ -209,10 +245,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--turns", type=int, default=3)
-    p.add_argument("--tokens", type=int, default=32, help="sampled tokens per turn")
+    p.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["rollout", "read-heavy"])
+    p.add_argument("--tokens", type=int, default=64, help="rollout workload: sampled tokens per turn")
+    p.add_argument("--tool-chars", type=int, default=240, help="rollout workload: characters of each tool result")
+    p.add_argument("--prefill-chunk-tokens", type=int, default=256)
     p.add_argument("--stagger-sec", type=float, default=0.25)
     p.add_argument(
-        "--source-chars", type=int, default=800, help="characters of the source file in the Read output"
+        "--source-chars", type=int, default=800, help="read-heavy workload: characters of the file read first"
     )
     p.add_argument("--prefix-cache-tokens", type=int, default=65536)
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.6, 1.0])
@@ -222,7 +261,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="concurrency 1 4 16, 2 turns x 16 tokens, one transcript per temperature",
+        help="concurrency 1 4 16, 2 turns x 16 tokens (rollout), one transcript per temperature",
     )
     p.add_argument("--out", type=Path, help="also write the report as JSON here")
     args = p.parse_args()
