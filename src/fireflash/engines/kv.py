@@ -159,9 +159,9 @@ class SlotBatch:
     def keep_rows(self, keep: list[int]) -> list[int]:
         """Drop every row not in ``keep`` (indices in current order); returns the new slot order as old
         row indices. Kept rows stay in their slots, except that rows past the new end fill the holes."""
-        stay = [i for i in keep if i < len(keep)]
+        stay = {i for i in keep if i < len(keep)}
         movers = [i for i in keep if i >= len(keep)]
-        holes = [i for i in range(len(keep)) if i not in set(stay)]
+        holes = [i for i in range(len(keep)) if i not in stay]
         order = list(range(len(keep)))
         for hole, src in zip(holes, movers, strict=True):
             n = int(self.lengths[src])

@@ -78,11 +78,6 @@ class PackPlan:
     prefills: list[PrefillPart]
     layers_seen: set[int] = field(default_factory=set)
 
-    @property
-    def n_tokens(self) -> int:
-        n = self.decode.rows * self.decode.width if self.decode else 0
-        return n + sum(p.n_new for p in self.prefills)
-
 
 def prefill_mask(n_cached: int, n_new: int) -> torch.Tensor | None:
     """[1, 1, n_new, n_cached + n_new] bool: query i attends to columns <= n_cached + i; None if no cache."""
@@ -106,7 +101,8 @@ def packed_attention(
     """Attention over a packed sequence (``AttentionInterface`` signature).
 
     Args:
-        query: [1, H, N, D]; key, value: [1, H_kv, N, D] (RoPE applied), N = ``plan.n_tokens``.
+        query: [1, H, N, D]; key, value: [1, H_kv, N, D] (RoPE applied); N = decode rows × width +
+            the prefill parts' tokens.
         kwargs[PLAN_KWARG]: the ``PackPlan``; without one this is transformers' SDPA attention.
 
     Returns:
