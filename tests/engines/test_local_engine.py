@@ -273,6 +273,18 @@ def test_model_whose_attention_bypasses_the_interface_is_refused(tok, tiny):
     asyncio.run(main())
 
 
+def test_sliding_window_model_is_refused(tok):
+    """Packed attention sees the whole cache; a sliding-window model would be silently wrong past its window."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from fireflash.engines.packed import UnsupportedModel
+
+    config = MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=16)
+    with pytest.raises(UnsupportedModel, match="sliding-window"):
+        LocalEngine(MistralForCausalLM(config))
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_prompt_lookup_speculation_is_exact(tok, tiny, temperature, assert_matches_teacher):
     """Drafts are verified exactly: logprobs match the teacher pass; greedy output equals plain decoding."""

@@ -152,12 +152,20 @@ def use_packed_attention(model: torch.nn.Module) -> None:
     """Route ``model``'s attention through ``packed_attention`` (the local engine owns the model).
 
     Raises:
-        UnsupportedModel: the config has no attention implementation to set (not a transformers model).
+        UnsupportedModel: not a transformers model with a config, or one with sliding-window attention.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "_attn_implementation"):
         raise UnsupportedModel(
             f"{type(model).__name__} is not a transformers model with a config; the local engine needs one"
+        )
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or []) or (
+        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    )
+    if sliding:  # packed attention attends to the whole cache: silently wrong past the window
+        raise UnsupportedModel(
+            f"{type(model).__name__} uses sliding-window attention, which the local engine does not implement; "
+            "serve it with SGLang or vLLM (engine.kind)"
         )
     config._attn_implementation = ATTN_IMPLEMENTATION
 
