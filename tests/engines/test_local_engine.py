@@ -256,6 +256,37 @@ def test_group_arriving_together_prefills_its_shared_prompt_once(tok, tiny, asse
         assert_matches_teacher(reference, r, res)
 
 
+def test_rows_sharing_a_system_prompt_read_it_once_and_stay_exact(tok, tiny, assert_matches_teacher):
+    """Agents with one system prompt and different tasks decode against one shared copy of its KV
+    (``kv.SlotBatch``'s shared prefix); an agent with another prompt keeps its own; all stay exact."""
+    reference = build_tiny_model(len(tok))
+    system = tok.encode(TEXT * 4)  # 100 tokens, over the 64-token sharing threshold
+    tasks = ["cat a", "ls -la /tmp", "grep x y", "sed -n 1p"]
+    requests = [
+        GenerateRequest(request_id=f"a{i}", prompt_ids=system + tok.encode(t),
+                        params=SamplingParams(max_new_tokens=10 + 3 * i, n_top_logprobs=8))
+        for i, t in enumerate(tasks)
+    ]
+    requests.append(req(tok, "stranger", 1, max_new_tokens=12))
+
+    async def main():
+        engine = LocalEngine(tiny, max_batch_size=8, prefill_chunk_tokens=32)
+
+        async def later(i, r):
+            await asyncio.sleep(0.01 * i)
+            return (await engine.generate([r]))[0]
+
+        out = await asyncio.gather(*(later(i, r) for i, r in enumerate(requests)))
+        await engine.close()
+        return out, engine.stats
+
+    results, stats = asyncio.run(main())
+    assert stats["shared_prefix_row_steps"] > 0
+    for r, res in zip(requests, results, strict=True):
+        assert len(res.token_ids) == r.params.max_new_tokens
+        assert_matches_teacher(reference, r, res)
+
+
 def test_model_whose_attention_bypasses_the_interface_is_refused(tok, tiny):
     """A model whose attention never reaches the packed attention would decode without KV: a clear error."""
     from fireflash.engines.packed import UnsupportedModel

@@ -49,6 +49,7 @@ def make_engine(
             prompt_lookup_ngram_max=cfg.prompt_lookup_ngram_max,
             prefix_cache_tokens=cfg.prefix_cache_tokens,
             prefill_chunk_tokens=cfg.prefill_chunk_tokens,
+            shared_prefix_min_tokens=cfg.shared_prefix_min_tokens,
             seed=cfg.seed,
             num_threads=cfg.num_threads or max(1, (os.cpu_count() or 2) // 2),
             rollout_dtype=cfg.rollout_dtype,

@@ -33,6 +33,12 @@ class EngineConfig(BaseModel):
         description="Local engine: most prompt tokens prefilled per forward, packed with the decode rows "
         "(chunked prefill); larger chunks use the matmuls better, smaller ones stall decoding less.",
     )
+    shared_prefix_min_tokens: int = Field(
+        64,
+        ge=0,
+        description="Local engine: decoding rows whose prompts share at least this many leading tokens (the "
+        "system prompt) read one copy of that prefix's KV once per step; 0 disables.",
+    )
     rollout_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32",
         description="Local engine: dtype of the rollout copy of the weights. Lower precision creates the "

@@ -5,7 +5,8 @@ useful CPU engine must batch *across* requests that start and finish at differen
 thread owns the model and repeats one packed forward (``packed``): a decode token for every running
 row plus up to ``prefill_chunk_tokens`` of queued prompts (chunked prefill, reusing cached prefixes),
 then samples, retires finished rows and adds fully prefilled requests to the padded KV batch. Requests
-join and leave between steps, each in its own KV slot (``kv.SlotBatch``). A request whose prompt shares a
+join and leave between steps, each in its own KV slot (``kv.SlotBatch``), the prefix they share (the system
+prompt) stored once and read once per step for all of them. A request whose prompt shares a
 longer prefix with one still being prefilled waits for it, then reuses its KV from the prefix cache
 (the attempts of a group arrive together with one system prompt and task).
 
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fireflash.engines.kv import PrefixCache, SlotBatch, cache_from, cache_tensors
+from fireflash.engines.kv import SHARED_PREFIX_MIN_TOKENS, PrefixCache, SlotBatch, cache_from, cache_tensors
 from fireflash.engines.lookup import propose_draft
 from fireflash.engines.packed import (
     DecodePart,
@@ -106,8 +107,8 @@ class _VersionBatch:
 
     model: torch.nn.Module
     version: int
+    kv: SlotBatch
     rows: list[_Row] = field(default_factory=list)
-    kv: SlotBatch = field(default_factory=SlotBatch)
 
 
 class LocalEngine:
@@ -122,6 +123,9 @@ class LocalEngine:
         prefix_cache_tokens: KV of finished sequences kept for reuse, tokens; 0 disables.
         prefill_chunk_tokens: most prompt tokens prefilled in one forward (packed with the decode rows);
             larger chunks run the matmuls more efficiently, smaller ones stall decoding less.
+        shared_prefix_min_tokens: decoding rows whose prompts share at least this many leading tokens
+            (the system prompt) keep one copy of that prefix's KV and read it once per step
+            (``kv.SlotBatch``); 0 disables.
         seed: engine seed; a request without ``params.seed`` draws from crc32(f"{seed}:{request_id}").
         num_threads: torch intra-op threads (process-wide setting); None leaves torch's choice.
         rollout_dtype: dtype of the rollout copy ('float32', 'bfloat16', 'float16'); a lower precision
@@ -138,6 +142,7 @@ class LocalEngine:
         prompt_lookup_ngram_max: int = 3,
         prefix_cache_tokens: int = 32768,
         prefill_chunk_tokens: int = 256,
+        shared_prefix_min_tokens: int = SHARED_PREFIX_MIN_TOKENS,
         seed: int = 0,
         num_threads: int | None = None,
         rollout_dtype: str = "float32",
@@ -156,6 +161,7 @@ class LocalEngine:
         use_packed_attention(self.model)
         self.max_batch_size = max_batch_size
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.shared_prefix_min_tokens = shared_prefix_min_tokens
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.prompt_lookup_ngram_max = prompt_lookup_ngram_max
         self.seed = seed
@@ -177,9 +183,11 @@ class LocalEngine:
             "accepted_draft_tokens": 0,
             "prefill_tokens": 0,
             "cached_tokens": 0,
+            "shared_prefix_row_steps": 0,
         }
         # counters since construction: forward steps, draft tokens proposed / accepted, prompt tokens
-        # prefilled / served from the prefix cache (benchmarks report them)
+        # prefilled / served from the prefix cache, decode rows that read the shared prefix (summed over
+        # steps) (benchmarks report them)
         self._thread = threading.Thread(target=self._run, name="fireflash-local-engine", daemon=True)
         self._thread.start()
 
@@ -337,7 +345,7 @@ class LocalEngine:
                         failed = batch.rows + [r for r, _ in prefills]
                         for row in failed:
                             row.resolve(e)
-                        batch.rows, batch.kv = [], SlotBatch()
+                        batch.rows, batch.kv = [], SlotBatch(self.shared_prefix_min_tokens)
                         self._prefilling = [r for r in self._prefilling if all(r is not f for f in failed)]
             self._batches = [
                 b for b in self._batches if b.rows or (b.model is self.model and b.version == self._version)
@@ -353,7 +361,7 @@ class LocalEngine:
         for batch in self._batches:
             if batch.version == self._version and batch.model is self.model:
                 return batch
-        batch = _VersionBatch(model=self.model, version=self._version)
+        batch = _VersionBatch(self.model, self._version, SlotBatch(self.shared_prefix_min_tokens))
         self._batches.append(batch)
         return batch
 
@@ -432,7 +440,7 @@ class LocalEngine:
         if row.finish_reason is not None:
             row.resolve(self._result(row, row.t_prefilled))
             return
-        batch.kv.add_row(kv)
+        batch.kv.add_row(kv, np.asarray(row.tokens[: row.n_prompt], dtype=np.int64))
         batch.rows.append(row)
 
     def _emit(
@@ -507,6 +515,7 @@ class LocalEngine:
         logits = packed_forward(batch.model, torch.cat(ids), torch.cat(positions), plan, keep_ids).float()  # [K, V]
         if rows:
             self.stats["decode_steps"] += 1
+            self.stats["shared_prefix_row_steps"] += len(batch.kv.sharing)
             step_logits = logits[:n_decode].unflatten(0, (len(rows), width))  # [B, width, V]
             logq = sampling_logprobs(step_logits, _temps(rows).unsqueeze(-1))
             kmax = max(r.request.params.n_top_logprobs for r in rows)

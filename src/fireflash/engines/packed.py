@@ -14,6 +14,7 @@ part's own KV cache, and attends each part to its own cache:
 
 - the decode part: B rows × w tokens each (w = 1, or 1 + draft length when speculating), written into
   the rows' slots (``kv.SlotBatch``), each row attending to its own length, causal among the w tokens;
+  rows that share a prefix (the system prompt) read its KV once together (``shared_prefix_attention``);
 - one prefill part per request being prefilled: a chunk of its prompt appended to its private cache
   (which starts from a prefix-cache hit or empty), causal with the cache offset.
 
@@ -125,9 +126,14 @@ def packed_attention(
             return t[0, :, :n].unflatten(1, (d.rows, d.width)).transpose(0, 1)
 
         keys, values = d.cache.update(rows_of(key), rows_of(value), layer)
-        out = F.scaled_dot_product_attention(
-            rows_of(query), keys, values, attn_mask=d.mask, scale=scaling, enable_gqa=gqa
-        )
+        if d.cache.sharing.numel():
+            out = shared_prefix_attention(
+                rows_of(query), keys, values, d.mask, *d.cache.shared_kv(layer), d.cache.sharing, scaling
+            )
+        else:
+            out = F.scaled_dot_product_attention(
+                rows_of(query), keys, values, attn_mask=d.mask, scale=scaling, enable_gqa=gqa
+            )
         outs.append(out.transpose(0, 1).flatten(1, 2))  # [H, n, D]
         offset = n
     for p in plan.prefills:
@@ -140,6 +146,69 @@ def packed_attention(
         outs.append(out[0])
         offset += p.n_new
     return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0), None
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention that also returns the log-sum-exp of the scores (to merge partial attentions).
+
+    Args:
+        q: [..., M, D]; k, v: [..., L, D]; mask: broadcastable to [..., M, L], True where q may attend
+            (every query must see at least one column), or None.
+
+    Returns:
+        (output [..., M, D], log-sum-exp [..., M, 1]).
+    """
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    return torch.matmul(torch.exp(scores - lse), v), lse
+
+
+def shared_prefix_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    shared_keys: torch.Tensor,
+    shared_values: torch.Tensor,
+    sharing: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Decode attention of B rows over their own KV columns plus, for the rows in ``sharing``, one shared
+    prefix read once for all of them (cascade attention: FlashInfer's shared-prefix batch decoding;
+    Juravsky et al. 2024, "Hydragen"). The two partial softmaxes merge exactly by their log-sum-exps:
+    o = (e^{l_s} o_s + e^{l_o} o_o) / (e^{l_s} + e^{l_o}).
+
+    Args:
+        query: [B, H, w, D] (H = G × H_kv query heads; head h reads KV head h // G, as transformers'
+            ``repeat_kv``); keys, values: [B, H_kv, L, D] own columns; mask: [B, 1, w, L] bool over them.
+        shared_keys, shared_values: [1, H_kv, P, D], every position of which all sharing rows attend to.
+        sharing: [S] int64 row indices using the shared prefix.
+        scaling: score scale (default D ** -0.5).
+
+    Returns:
+        [B, H, w, D] attention output (exact up to float rounding; tests/engines/test_kv.py).
+    """
+    b, h, w, d = query.shape
+    h_kv, length = keys.shape[1], keys.shape[2]
+    g = h // h_kv
+    scale = d**-0.5 if scaling is None else scaling
+    q = query.reshape(b, h_kv, g * w, d)  # query heads grouped under their KV head: row g*w + j
+    own_mask = mask.unsqueeze(2).expand(b, 1, g, w, length).reshape(b, 1, g * w, length)
+    out, lse = _attend(q, keys, values, own_mask, scale)  # [B, H_kv, G*w, D], [B, H_kv, G*w, 1]
+    s = sharing.shape[0]
+    # the sharing rows' queries as one batch per KV head: the prefix keys are read once, not S times
+    qs = q[sharing].transpose(0, 1).reshape(h_kv, s * g * w, d)
+    out_s, lse_s = _attend(qs, shared_keys[0], shared_values[0], None, scale)
+    out_s = out_s.view(h_kv, s, g * w, d).transpose(0, 1)
+    lse_s = lse_s.view(h_kv, s, g * w, 1).transpose(0, 1)
+    out_o, lse_o = out[sharing], lse[sharing]
+    total = torch.logaddexp(lse_o, lse_s)
+    out[sharing] = out_o * torch.exp(lse_o - total) + out_s * torch.exp(lse_s - total)
+    return out.view(b, h, w, d)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, packed_attention)
