@@ -29,6 +29,7 @@ from rich.progress import (
 
 from fireflash.config import FireFlashConfig
 from fireflash.protocols import Task
+from fireflash.sft.config import SFTConfig
 
 console = Console()
 
@@ -47,6 +48,24 @@ def check_not_heldout(tasks: list[Task]) -> None:
     leaked = sorted(t.id for t in tasks if t.id in ids or (t.path and t.path.resolve() in paths))
     if leaked:
         raise HeldoutLeak(f"sft.tasks includes held-out tasks {leaked}; use bundled:train or your own training tasks")
+
+
+def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
+    """The tasks of ``s.tasks`` (held-out ones refused) and their ``s.augment_copies`` renamed copies.
+
+    Copies are written once to ``run_dir/augmented/`` and reused on rerun, like the oracle set.
+
+    Raises:
+        HeldoutLeak: a task belongs to the held-out split.
+    """
+    from fireflash.sft.augment import augment_tasks
+    from fireflash.tasks.loader import load_tasks
+
+    tasks, errors = load_tasks(s.tasks)
+    for e in errors:
+        console.print(f"[yellow]skipped[/] {e}")
+    check_not_heldout(tasks)
+    return tasks, augment_tasks(tasks, s.augment_copies, run_dir / "augmented")
 
 
 def _progress() -> Progress:
@@ -110,18 +129,19 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
     from fireflash.sft.collect import load_oracle
     from fireflash.sft.data import examples_from
     from fireflash.sft.trainer import SFTTrainer
-    from fireflash.tasks.loader import load_tasks
     from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 
     s = cfg.sft
     run_dir = Path(s.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tasks, errors = load_tasks(s.tasks)
-    for e in errors:
-        console.print(f"[yellow]skipped[/] {e}")
-    check_not_heldout(tasks)
-    asyncio.run(build_oracle(cfg, tasks, run_dir / "oracle"))
-    examples = examples_from(load_oracle(run_dir / "oracle"))
+    tasks, copies = sft_tasks(cfg.sft, run_dir)
+    asyncio.run(build_oracle(cfg, tasks + copies, run_dir / "oracle"))
+    trajectories = load_oracle(run_dir / "oracle")
+    if copies:
+        kept = {t.metadata["oracle"]["task_id"] for t in trajectories} & {c.id for c in copies}
+        console.print(f"augmented: {len(kept)} of {len(copies)} renamed copies kept at least one trajectory "
+                      f"({run_dir / 'augmented'})")
+    examples = examples_from(trajectories)
     if not examples:
         raise ValueError(f"{run_dir / 'oracle'}: no oracle trajectory solved its task; nothing to learn from")
     steps = schedule(len(examples), s.batch_size, s.epochs, s.seed)

@@ -24,6 +24,10 @@ class SFTConfig(BaseModel):
     seed: int = Field(0, description="Shuffles the examples.")
     run_dir: str = Field("runs/sft", description="Oracle trajectories, metrics, checkpoints; `model` links the final checkpoint.")
     max_concurrent: int = Field(4, ge=1, description="Oracle attempts replayed at a time.")
+    augment_copies: int = Field(
+        0, ge=0, description="Path-renamed copies of each task added to the oracle set (RUN_DIR/augmented/, "
+        "see fireflash.sft.augment); 0 trains on the tasks as they are."
+    )
 
     @field_validator("variants")
     @classmethod
