@@ -276,9 +276,10 @@ class SlotBatch:
         self.lengths = self.lengths[order] if order else torch.zeros(0, dtype=torch.long)
         self.prefix_len = self.prefix_len[order] if order else torch.zeros(0, dtype=torch.long)
         self._ids = [self._ids[i] for i in order]
-        if not order:  # empty: release the buffers and the shared prefix
-            self._keys, self._values, self._shared = [], [], []
-            self._shared_ids = np.zeros(0, dtype=np.int64)
+        if not order:  # empty: release the buffers
+            self._keys, self._values = [], []
+        if not bool(self.prefix_len.any()):  # no row reads the shared prefix: release it
+            self._shared, self._shared_ids = [], np.zeros(0, dtype=np.int64)
         return order
 
     def row_kv(self, row: int) -> KV:

@@ -190,8 +190,15 @@ def shared_prefix_attention(
         scaling: score scale (default D ** -0.5).
 
     Returns:
-        [B, H, w, D] attention output (exact up to float rounding; tests/engines/test_kv.py).
+        [B, H, w, D] attention output in ``query``'s dtype (exact up to float rounding;
+        tests/engines/test_kv.py). Half-precision inputs are computed in float32, as SDPA's CPU kernel
+        accumulates them: scores, log-sum-exps and the merge rounded to bf16 would be ~7x less accurate
+        than the unshared path's SDPA.
     """
+    dtype = query.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float32 for bf16 / fp16; a no-op for float32
+    query, keys, values = query.to(work), keys.to(work), values.to(work)
+    shared_keys, shared_values = shared_keys.to(work), shared_values.to(work)
     b, h, w, d = query.shape
     h_kv, length = keys.shape[1], keys.shape[2]
     g = h // h_kv
@@ -208,7 +215,7 @@ def shared_prefix_attention(
     out_o, lse_o = out[sharing], lse[sharing]
     total = torch.logaddexp(lse_o, lse_s)
     out[sharing] = out_o * torch.exp(lse_o - total) + out_s * torch.exp(lse_s - total)
-    return out.view(b, h, w, d)
+    return out.view(b, h, w, d).to(dtype)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, packed_attention)
