@@ -11,6 +11,7 @@ and never multiply a NaN.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -175,12 +176,10 @@ class SlotBatch:
     def _share(self, slot: int, kv: KV) -> None:
         """Fit the new row in ``slot`` to the shared prefix: use it, shrink it, or start one."""
         ids = self._ids[slot]
-        if self.n_shared and not bool(self.prefix_len.any()):  # unused: free to start another
-            self._shared_ids, self._shared = np.zeros(0, dtype=np.int64), []
-        if self.n_shared:
-            n = _common(ids, self._shared_ids)
+        if self.n_shared:  # in use: ``keep_rows`` releases it when its last row leaves
+            n = common_prefix(ids, self._shared_ids)
         else:
-            n = max((_common(ids, other) for i, other in enumerate(self._ids) if i != slot and other is not None),
+            n = max((common_prefix(ids, other) for i, other in enumerate(self._ids) if i != slot and other is not None),
                     default=0)
         n = min(n, ids.shape[0] - 1)  # every row keeps at least one own column
         if n < self.min_shared_tokens:
@@ -196,7 +195,7 @@ class SlotBatch:
                 self._move_own(row, self.n_shared)
 
     def _starts_with_shared(self, ids: np.ndarray) -> bool:
-        return ids.shape[0] > self.n_shared and _common(ids, self._shared_ids) == self.n_shared
+        return ids.shape[0] > self.n_shared and common_prefix(ids, self._shared_ids) == self.n_shared
 
     def _shrink_shared(self, n: int) -> None:
         """Cut the shared prefix to its first ``n`` tokens; its rows take the cut columns back."""
@@ -296,10 +295,10 @@ class SlotBatch:
         return out
 
 
-def _common(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the common prefix of token id arrays ``a`` and ``b``."""
-    n = min(a.shape[0], b.shape[0])
-    differ = np.flatnonzero(a[:n] != b[:n])
+def common_prefix(a: np.ndarray, b: np.ndarray | Sequence[int]) -> int:
+    """Length of the common prefix of token ids ``a`` [n] and ``b`` [m]."""
+    n = min(a.shape[0], len(b))
+    differ = np.flatnonzero(a[:n] != np.asarray(b[:n], dtype=a.dtype))
     return int(differ[0]) if differ.size else n
 
 
@@ -323,11 +322,9 @@ class PrefixCache:
         best_key, best_n = None, 0
         limit = prompt.shape[0] - 1
         for key, (ids, _) in self._entries.items():
-            m = min(ids.shape[0], limit)
-            if m <= best_n:
+            if min(ids.shape[0], limit) <= best_n:
                 continue
-            differ = np.flatnonzero(ids[:m] != prompt[:m])
-            n = int(differ[0]) if differ.size else m
+            n = common_prefix(prompt[:limit], ids)
             if n > best_n:
                 best_key, best_n = key, n
         if best_key is None:

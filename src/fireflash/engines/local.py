@@ -42,7 +42,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from fireflash.engines.kv import SHARED_PREFIX_MIN_TOKENS, PrefixCache, SlotBatch, cache_from, cache_tensors
+from fireflash.engines.kv import (
+    SHARED_PREFIX_MIN_TOKENS,
+    PrefixCache,
+    SlotBatch,
+    cache_from,
+    cache_tensors,
+    common_prefix,
+)
 from fireflash.engines.lookup import propose_draft
 from fireflash.engines.packed import (
     DecodePart,
@@ -416,7 +423,7 @@ class LocalEngine:
         n_cached, cached_kv = self._prefix_cache.lookup(prompt)
         if self._prefix_cache.max_tokens > 0:
             for other in self._prefilling:
-                shared = _common_prefix(prompt, other.tokens) if other.cache is not None else 0
+                shared = common_prefix(prompt, other.tokens) if other.cache is not None else 0
                 if shared > n_cached + _SHARE_MIN_TOKENS:
                     return False
         row.cache = cache_from(cached_kv)  # cached tensors are never written in place
@@ -588,13 +595,6 @@ class LocalEngine:
                 "decode": max(0.0, now - prefilled),
             },
         )
-
-
-def _common_prefix(a: np.ndarray, b: Sequence[int]) -> int:
-    """Length of the common prefix of token ids ``a`` and ``b``."""
-    n = min(a.shape[0], len(b))
-    differ = np.flatnonzero(a[:n] != np.asarray(b[:n], dtype=np.int64))
-    return int(differ[0]) if differ.size else n
 
 
 def _temps(rows: Sequence[_Row]) -> torch.Tensor:
