@@ -148,6 +148,13 @@ def test_copies_written_once_and_reused(tmp_path):
     assert [c.id for c in again] == [c.id for c in copies] and marker.read_text().endswith("\n\n")
 
 
+def test_generated_tasks_are_not_copied(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path / "cache"))
+    s = SFTConfig(tasks=[str(TRAIN / "text-head-lines"), "generated:1"], augment_copies=1)
+    tasks, copies = sft_tasks(s, tmp_path)
+    assert len(tasks) > 1 and [c.id for c in copies] == ["text-head-lines~r1"]
+
+
 def test_heldout_refused_before_any_copy(tmp_path):
     s = SFTConfig(tasks=[str(DATA_DIR / "heldout" / "text-tail-lines")], augment_copies=1)
     with pytest.raises(HeldoutLeak):

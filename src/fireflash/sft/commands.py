@@ -53,19 +53,22 @@ def check_not_heldout(tasks: list[Task]) -> None:
 def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
     """The tasks of ``s.tasks`` (held-out ones refused) and their ``s.augment_copies`` renamed copies.
 
-    Copies are written once to ``run_dir/augmented/`` and reused on rerun, like the oracle set.
+    Copies are written once to ``run_dir/augmented/`` and reused on rerun, like the oracle set. Generated
+    tasks (``generated:N``) are not copied: their names are drawn at random already.
 
     Raises:
         HeldoutLeak: a task belongs to the held-out split.
     """
     from fireflash.sft.augment import augment_tasks
+    from fireflash.tasks.families import ID_PREFIX as GENERATED_PREFIX
     from fireflash.tasks.loader import load_tasks
 
     tasks, errors = load_tasks(s.tasks)
     for e in errors:
         console.print(f"[yellow]skipped[/] {e}")
     check_not_heldout(tasks)
-    return tasks, augment_tasks(tasks, s.augment_copies, run_dir / "augmented")
+    hand_written = [t for t in tasks if not t.id.startswith(GENERATED_PREFIX)]
+    return tasks, augment_tasks(hand_written, s.augment_copies, run_dir / "augmented")
 
 
 def _progress() -> Progress:

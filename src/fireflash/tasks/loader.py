@@ -264,6 +264,8 @@ def _expand(spec: str | Path) -> list[Path]:
             f"{text}: unknown bundled split; use one of {', '.join('bundled:' + s for s in SPLITS)}",
         )
         return sorted(p for p in (DATA_DIR / split).iterdir() if p.is_dir())
+    if text.startswith("generated:"):
+        return _generated(text)
     path = Path(text)
     if is_task_dir(path):
         return [path]
@@ -271,8 +273,21 @@ def _expand(spec: str | Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+def _generated(text: str) -> list[Path]:
+    """'generated:N' or 'generated:N:SEED' → N instances of every task family (tasks/families.py), written
+    once under the cache directory and reused."""
+    from fireflash.tasks.families import write_tasks
+
+    parts = text.split(":")[1:]
+    ok = len(parts) in (1, 2) and all(p.isdigit() for p in parts) and int(parts[0]) > 0
+    _need(ok, f"{text}: expected 'generated:N' or 'generated:N:SEED' with N > 0 instances per family")
+    per_family, seed = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
+    return write_tasks(per_family, cache_root() / "generated" / f"n{per_family}-s{seed}", seed)
+
+
 def load_tasks(paths: list[str | Path]) -> tuple[list[Task], list[str]]:
-    """Load every task under ``paths`` (task dirs, dirs of tasks, or 'bundled:SPLIT').
+    """Load every task under ``paths`` (task dirs, dirs of tasks, 'bundled:SPLIT', or 'generated:N[:SEED]',
+    N instances of each generated task family, ``fireflash.tasks.families``).
 
     Returns:
         (tasks, errors): one error string per bad task or path; the good ones load regardless.

@@ -1,0 +1,87 @@
+"""Generated task families: deterministic, loadable, never a held-out task, and sound graders in real sandboxes."""
+
+import asyncio
+import re
+
+import pytest
+
+from fireflash.sandbox import SandboxConfig, make_backend
+from fireflash.tasks.config import GatesConfig
+from fireflash.tasks.families import FAMILIES, ID_PREFIX, generate, write_tasks
+from fireflash.tasks.gates import validate_task
+from fireflash.tasks.loader import TaskLoadError, bundled_tasks, load_task, load_tasks
+
+
+def _shape(instruction: str) -> str:
+    """An instruction with its names and numbers blanked: what a family would share with a held-out task."""
+    text = re.sub(r"`[^`]*`", "`X`", instruction.lower())
+    return re.sub(r"\d+", "N", text).strip()
+
+
+@pytest.mark.unit
+def test_generation_is_deterministic_and_ids_are_unique():
+    a, b = generate(3, seed=0), generate(3, seed=0)
+    assert a == b and len(a) == 3 * len(FAMILIES)
+    assert len({task_id for task_id, _ in a}) == len(a) and all(i.startswith(ID_PREFIX) for i, _ in a)
+    assert [s.instruction for _, s in generate(3, seed=1)] != [s.instruction for _, s in a]
+
+
+@pytest.mark.unit
+def test_no_generated_task_is_a_heldout_task_with_other_constants():
+    heldout = {t.id: _shape(t.instruction) for t in bundled_tasks("heldout")}
+    generated = {_shape(s.instruction) for _, s in generate(6, seed=0)}
+    assert not [i for i, shape in heldout.items() if shape in generated]
+    assert not {t.id for t in bundled_tasks("heldout")} & {i for i, _ in generate(6, seed=0)}
+
+
+@pytest.mark.unit
+def test_generated_source_loads_and_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path))
+    tasks, errors = load_tasks(["generated:2:5"])
+    assert not errors and len(tasks) == 2 * len(FAMILIES)
+    first = tasks[0].path / "instruction.md"
+    mtime = first.stat().st_mtime_ns
+    again, _ = load_tasks(["generated:2:5"])
+    assert [t.id for t in again] == [t.id for t in tasks] and first.stat().st_mtime_ns == mtime  # not rewritten
+    for bad in ("generated:0", "generated:x", "generated:1:2:3"):
+        _, errors = load_tasks([bad])
+        assert errors and "generated:N" in errors[0]
+
+
+@pytest.mark.unit
+def test_instruction_states_every_checked_value(tmp_path):
+    # gate 2 reads the checks' compared literals and paths; expectations come from /tests/data, not literals
+    paths = write_tasks(1, tmp_path, seed=3)
+    reports = [asyncio.run(validate_task(load_task(p), None, GatesConfig(), gates=[2])) for p in paths]
+    assert [r.task_id for r in reports if not r.passed] == []
+
+
+@pytest.mark.unit
+def test_stale_directory_is_rewritten(tmp_path):
+    paths = write_tasks(1, tmp_path, seed=0)
+    (paths[0] / "instruction.md").write_text("tampered\n")
+    (tmp_path / "generated.json").write_text("{}")
+    write_tasks(1, tmp_path, seed=0)
+    assert load_task(paths[0]).instruction != "tampered"
+    with pytest.raises(TaskLoadError):
+        load_task(tmp_path / "missing")
+
+
+@pytest.fixture(scope="module")
+def gate_reports(tmp_path_factory):
+    """Gates 1 (the reference solves it) and 6 (do-nothing, empty and placeholder outputs score 0), in bwrap."""
+    paths = write_tasks(1, tmp_path_factory.mktemp("generated"), seed=11)
+
+    async def run():
+        backend = make_backend(SandboxConfig())
+        try:
+            return {p.name: await validate_task(load_task(p), backend, GatesConfig(), gates=[1, 6]) for p in paths}
+        finally:
+            await backend.close()
+
+    return asyncio.run(run())
+
+
+def test_every_family_is_solved_by_its_reference_and_not_by_doing_nothing(gate_reports):
+    failed = {name: [g.detail for g in r.gates if not g.passed] for name, r in gate_reports.items() if not r.passed}
+    assert len(gate_reports) == len(FAMILIES) and failed == {}
