@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -58,6 +59,16 @@ def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_pat
     ckpt = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
     assert json.loads((ckpt / "fireflash.json").read_text())["weight_version"] == 3
     assert len(list((tmp_path / "trajectories").glob("g*/a*.json"))) >= 12
+
+
+def test_wall_limit_stops_even_with_groups_queued(task, setup, tmp_path):
+    # each step outlasts the limit, while the workers keep queueing groups: the run stops after one step
+    trainer = setup[1]()
+    train_step = trainer.train_step
+    trainer.train_step = lambda groups, **kw: (time.sleep(3.0), train_step(groups, **kw))[1]
+    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: a < 2, steps=5, trainer=trainer, max_wall_sec=3.0)
+    asyncio.run(_run(runtime, backend))
+    assert runtime.stopped_at_wall_limit and runtime.trainer.step <= 1
 
 
 class GatedEngine:

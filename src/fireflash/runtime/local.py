@@ -253,7 +253,10 @@ class LocalRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wall_sec if self.max_wall_sec is not None else None
         while self.trainer.step < self.steps:
-            batch = await self._next_batch(deadline)
+            # checked before taking groups too: with groups already queued, take() returns at once, and a run
+            # past its wall limit would go on stepping (a 2,700 s run ran 2,900 s before this check)
+            past = deadline is not None and loop.time() >= deadline
+            batch = None if past else await self._next_batch(deadline)
             if batch is None:
                 self.stopped_at_wall_limit = True
                 return
