@@ -176,3 +176,14 @@ def test_a_bound_below_one_step_is_refused(tmp_path):
             max_inflight_attempts=2, max_attempt_retries=0, discard_zero_signal_groups=True, seed=0,
             max_queued_groups=1,
         )
+
+
+def test_a_window_without_graded_attempts_has_no_pass_rate():
+    # a step whose window saw no attempt finish must not log pass rate 0 (the rl5 curve dropped to 0 every
+    # other step); the counts are still logged, and the next window's means are its own
+    from fireflash.runtime.local import RolloutStats
+
+    stats = RolloutStats()
+    row = stats.take()
+    assert row["rollout/attempts"] == 0.0 and row["groups/done"] == 0.0
+    assert not {"rollout/pass_rate", "rollout/reward_mean", "groups/zero_signal_share"} & row.keys()

@@ -43,12 +43,17 @@ class _Status:
             table.add_column(col, justify="right")
         for m in history[-8:]:
             table.add_row(
-                f"{m['weight_version']:.0f}", f"{m['rollout/reward_mean']:.3f}", f"{m['rollout/pass_rate']:.2f}",
-                f"{m['rollout/sampled_tokens_mean']:.0f}", f"{m.get('entropy/mean', 0.0):.3f}",
-                f"{m.get('stale/dropped_share', 0.0):.2f}", f"{m['groups/zero_signal_share']:.2f}",
+                f"{m['weight_version']:.0f}", _fmt(m, 'rollout/reward_mean', 3), _fmt(m, 'rollout/pass_rate', 2),
+                _fmt(m, 'rollout/sampled_tokens_mean', 0), f"{m.get('entropy/mean', 0.0):.3f}",
+                f"{m.get('stale/dropped_share', 0.0):.2f}", _fmt(m, 'groups/zero_signal_share', 2),
                 f"{m['trainer/idle_share']:.0%}", f"{m['engine/idle_share']:.0%}", f"{m['step_sec']:.1f}",
             )
         return table
+
+
+def _fmt(m: dict[str, float], key: str, digits: int) -> str:
+    """A metric for the progress table; '–' for a window without graded attempts (the key is absent)."""
+    return f"{m[key]:.{digits}f}" if key in m else "–"
 
 
 def threads_per_role(configured: int | None) -> int:

@@ -107,19 +107,24 @@ class RolloutStats:
         self.turns.append(o.trajectory.n_turns)
 
     def take(self) -> dict[str, float]:
-        graded = max(len(self.rewards), 1)
+        """This window's counts; means over graded attempts (and the zero-signal share over finished groups)
+        only when there were any: a window with none has no pass rate, not a pass rate of 0."""
         out = {
             "rollout/attempts": float(self.attempts),
             "rollout/lost_attempts": float(self.lost_attempts),
             "rollout/retries": float(self.retries),
-            "rollout/reward_mean": sum(self.rewards) / graded,
-            "rollout/pass_rate": self.solved / graded,
-            "rollout/sampled_tokens_mean": sum(self.sampled_tokens) / graded,
-            "rollout/turns_mean": sum(self.turns) / graded,
             "groups/done": float(self.groups_done),
-            "groups/zero_signal_share": self.groups_zero_signal / max(self.groups_done, 1),
             "groups/lost_to_infrastructure": float(self.groups_lost),
         }
+        if graded := len(self.rewards):
+            out |= {
+                "rollout/reward_mean": sum(self.rewards) / graded,
+                "rollout/pass_rate": self.solved / graded,
+                "rollout/sampled_tokens_mean": sum(self.sampled_tokens) / graded,
+                "rollout/turns_mean": sum(self.turns) / graded,
+            }
+        if self.groups_done:
+            out["groups/zero_signal_share"] = self.groups_zero_signal / self.groups_done
         self.__init__()
         return out
 
