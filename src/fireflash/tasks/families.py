@@ -825,9 +825,9 @@ def find_size(d: _Draw) -> TaskSpec:
                  f"line, in `/app/{out}`.",
                  f"Write to `/app/{out}` the paths ({where}) of every file below `/app/{root}` whose size is {cmp}, "
                  "sorted alphabetically.")
-    find = f"find . -type f -size {'+' if bigger else '-'}{limit + (0 if bigger else 0)}c"
-    sol = (f"cd /app/{root} && {find} | sed 's|^\\./||' | sort > /app/{out}" if rel else
-           f"find /app/{root} -type f -size {'+' if bigger else '-'}{limit}c | sort > /app/{out}")
+    size = f"-type f -size {'+' if bigger else '-'}{limit}c"  # c: bytes, no rounding up to blocks
+    sol = (f"cd /app/{root} && find . {size} | sed 's|^\\./||' | sort > /app/{out}" if rel else
+           f"find /app/{root} {size} | sort > /app/{out}")
     shown = f"str(p.relative_to(DATA / {root!r}))" if rel else "str(APP / p.relative_to(DATA))"
     expected = f"sorted({shown} for p in (DATA / {root!r}).rglob('*') if p.is_file() and {test})"
     return TaskSpec("find-size", "file-manipulation", ins, files, sol, _checks_lines(out, expected))
