@@ -9,7 +9,7 @@ from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
 from fireflash.tasks.families import FAMILIES, ID_PREFIX, generate, write_tasks
 from fireflash.tasks.gates import validate_task
-from fireflash.tasks.loader import TaskLoadError, bundled_tasks, load_task, load_tasks
+from fireflash.tasks.loader import bundled_tasks, load_task, load_tasks
 
 
 def _shape(instruction: str) -> str:
@@ -63,8 +63,6 @@ def test_stale_directory_is_rewritten(tmp_path):
     (tmp_path / "generated.json").write_text("{}")
     write_tasks(1, tmp_path, seed=0)
     assert load_task(paths[0]).instruction != "tampered"
-    with pytest.raises(TaskLoadError):
-        load_task(tmp_path / "missing")
 
 
 @pytest.fixture(scope="module")
