@@ -127,7 +127,7 @@ def _checks_lines(out: str, expected: str, inputs: tuple[str, ...] = ()) -> str:
 
     A single check, so an untouched, emptied or placeholder workspace scores 0 (gate 6).
     """
-    keep = f"\n    unchanged{inputs!r}".replace(",)", ")") if inputs else ""
+    keep = f"\n    unchanged({', '.join(map(repr, inputs))})" if inputs else ""
     return _checks(f"""
 def test_exact_output():
     out = APP / {out!r}
