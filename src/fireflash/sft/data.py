@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from fireflash.protocols import Trajectory
+from fireflash.training.prefix import common_prefix_len
 
 
 @dataclass(frozen=True)
@@ -58,17 +59,6 @@ def examples_from(trajectories: Sequence[Trajectory]) -> list[Example]:
     return out
 
 
-def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
-    first = rows[0]
-    n = min(len(r) for r in rows)
-    for other in rows[1:]:
-        i = 0
-        while i < n and other[i] == first[i]:
-            i += 1
-        n = i
-    return n
-
-
 def shared_prefix_len(examples: Sequence[Example], share: bool) -> int:
     """Tokens at the start all ``examples`` share, ending before any row's first predicted token.
 
@@ -77,7 +67,7 @@ def shared_prefix_len(examples: Sequence[Example], share: bool) -> int:
     """
     if not share:
         return 0
-    n = _common_prefix([e.token_ids for e in examples])
+    n = common_prefix_len([e.token_ids for e in examples])
     first_loss = min((e.loss_mask.index(1) for e in examples if 1 in e.loss_mask), default=n + 1)
     return max(0, min(n, first_loss - 1, min(len(e.token_ids) for e in examples) - 1))
 

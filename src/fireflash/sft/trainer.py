@@ -20,26 +20,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from fireflash.sft.config import SFTConfig
 from fireflash.sft.data import Example, SFTMicroBatch, make_micro_batch, plan_micro_batches
+from fireflash.training.prefix import shared_prefix_hidden
 
 
 def hidden_states(model: torch.nn.Module, mb: SFTMicroBatch) -> torch.Tensor:
-    """Final hidden states [B, S, H] of the suffix rows, attending to the shared prefix.
-
-    Right padding needs no attention mask: a real token never attends to a later (pad) position.
-    """
-    body = model.model
-    if not mb.prefix_ids.numel():
-        return body(input_ids=mb.suffix_ids).last_hidden_state
-    rows = mb.suffix_ids.shape[0]
-    with torch.no_grad():
-        cache = body(input_ids=mb.prefix_ids[None], use_cache=True).cache
-        kv = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
-    shared = DynamicCache(ddp_cache_data=kv, config=model.config)
-    return body(input_ids=mb.suffix_ids, cache=shared, use_cache=True).last_hidden_state
+    """Final hidden states [B, S, H] of the suffix rows, attending to the shared prefix (run without gradient)."""
+    return shared_prefix_hidden(model, mb.prefix_ids, mb.suffix_ids, prefix_grad=False)
 
 
 class SFTTrainer:

@@ -1,11 +1,15 @@
 """Pack a step's groups into token-budgeted micro-batches for the objective (RECIPE.md §5).
 
-Each trajectory segment is one sequence. The trainer runs the model body on a right-padded micro-batch,
-gathers the final hidden state at position t-1 for every policy-sampled token t (loss mask 1), and only
-those rows go through the vocabulary projection. Per-attempt quantities (advantage, sampled-token count
-for the loss floor) index the whole step's batch, so micro-batch losses add up to the step loss.
+Each trajectory segment is one sequence. Sequences are ordered by their tokens, so attempts of one group
+(same system prompt, same task turn) sit next to each other, and packed greedily: a micro-batch is the
+longest prefix its rows share, run once (``training.prefix``, with gradient: exact), plus right-padded
+suffixes. The trainer gathers the final hidden state at position t-1 for every policy-sampled token t
+(loss mask 1), and only those rows go through the vocabulary projection. Per-attempt quantities
+(advantage, sampled-token count for the loss floor) index the whole step's batch, so micro-batch losses
+add up to the step loss.
 
-Notation: N attempts in the step, S sequences in a micro-batch, L its padded length, T sampled positions.
+Notation: N attempts in the step, S sequences in a micro-batch, P their shared prefix, L the padded
+suffix length, T sampled positions.
 """
 
 from __future__ import annotations
@@ -17,18 +21,21 @@ import torch
 
 from fireflash.protocols import Group, Segment
 from fireflash.rl.loss import PolicyBatch
+from fireflash.training.prefix import common_prefix_len
 
 
 class MicroBatch(NamedTuple):
     """One forward/backward pass.
 
-    input_ids: [S, L] int64, right-padded with ``pad_id``.
+    prefix_ids: [P] int64 tokens every row starts with (P = 0 when they share none or sharing is off).
+    input_ids: [S, L] int64 the rest of each row, right-padded with ``pad_id``.
     attention_mask: [S, L] int64, 1 on real tokens.
-    rows: [T] int64 sequence index of each sampled position; cols: [T] int64 its position t - 1 (the
-        hidden state that predicts token t).
+    rows: [T] int64 sequence index of each sampled position; cols: [T] int64 its position t - 1 - P in
+        ``input_ids`` (the hidden state that predicts token t).
     policy: the rollout side of the T positions (``attempt_index`` into the step's N attempts).
     """
 
+    prefix_ids: torch.Tensor
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     rows: torch.Tensor
@@ -40,17 +47,34 @@ class BatchError(ValueError):
     """A step's data cannot be packed (empty, a segment over the micro-batch budget, missing advantages)."""
 
 
-def _pack_lengths(lengths: list[int], budget_tokens: int) -> list[list[int]]:
-    """Greedy packing of sequence indices, longest first, so that S * L <= budget_tokens per micro-batch."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
+def _cost(prefix: int, rows: int, longest: int) -> int:
+    """Tokens a micro-batch runs: the shared prefix once, then ``rows`` suffixes padded to the longest."""
+    return prefix + rows * (longest - prefix)
+
+
+def _plan(sequences: Sequence[Segment], budget_tokens: int, share_prefix: bool) -> list[tuple[list[int], int]]:
+    """Greedy packing of sequence indices in token order: [(members, shared prefix length P)] within the budget.
+
+    P stops before every member's first sampled position t0 (the hidden state at t0 - 1 predicts it, and
+    only suffix hidden states are gathered); it is 0 without ``share_prefix``.
+    """
+    def limit(i: int) -> int:
+        first = next((t for t, m in enumerate(sequences[i].loss_mask) if m and t > 0), 1)
+        return first - 1 if share_prefix else 0
+
+    order = sorted(range(len(sequences)), key=lambda i: sequences[i].token_ids)
+    plan: list[tuple[list[int], int]] = []
     for i in order:
-        # padded cost is (members + 1) * longest member; the first member is the longest (sorted)
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+        if plan:
+            members, _ = plan[-1]
+            prefix = min(common_prefix_len([sequences[members[0]].token_ids, sequences[i].token_ids]), limit(i),
+                         *(limit(j) for j in members))
+            longest = max(len(sequences[j].token_ids) for j in (*members, i))
+            if _cost(prefix, len(members) + 1, longest) <= budget_tokens:
+                plan[-1] = ([*members, i], prefix)
+                continue
+        plan.append(([i], limit(i)))
+    return plan
 
 
 def _policy_rows(seg: Segment, k: int) -> tuple[list[int], list[list[int]], list[list[float]]]:
@@ -60,14 +84,18 @@ def _policy_rows(seg: Segment, k: int) -> tuple[list[int], list[list[int]], list
     return positions, ids, lps
 
 
-def pack_groups(groups: Sequence[Group], micro_batch_tokens: int, topk: int, pad_id: int) -> list[MicroBatch]:
+def pack_groups(
+    groups: Sequence[Group], micro_batch_tokens: int, topk: int, pad_id: int, share_prefix: bool = True
+) -> list[MicroBatch]:
     """Turn scored groups (with advantages) into micro-batches.
 
     Args:
         groups: groups that passed the zero-signal filter; ``advantages`` must be set.
-        micro_batch_tokens: padded-token budget of one micro-batch (S * L).
+        micro_batch_tokens: token budget of one micro-batch: P + S * L (the shared prefix once, then the
+            padded suffixes); S * L without ``share_prefix``.
         topk: K columns of the top-k tensors (short rows are padded with id 0 / log q = -inf).
         pad_id: token id used for padding.
+        share_prefix: run the prefix rows share once (exact; ``TrainerConfig.share_prefix``).
 
     Raises:
         BatchError: no groups, a group without advantages, or a segment longer than the budget.
@@ -94,24 +122,25 @@ def pack_groups(groups: Sequence[Group], micro_batch_tokens: int, topk: int, pad
     adv_t = torch.tensor(advantages, dtype=torch.float64)
     n_t = torch.tensor(n_sampled, dtype=torch.int64)
     out = []
-    for members in _pack_lengths([len(s.token_ids) for _, s in sequences], micro_batch_tokens):
-        length = max(len(sequences[i][1].token_ids) for i in members)
+    for members, p in _plan([s for _, s in sequences], micro_batch_tokens, share_prefix):
+        length = max(len(sequences[i][1].token_ids) for i in members) - p
         input_ids = torch.full((len(members), length), pad_id, dtype=torch.int64)
         mask = torch.zeros((len(members), length), dtype=torch.int64)
         rows, cols, targets, lp, tk_ids, tk_lps, versions, attempts = [], [], [], [], [], [], [], []
         for row, i in enumerate(members):
             attempt, seg = sequences[i]
-            input_ids[row, : len(seg.token_ids)] = torch.tensor(seg.token_ids)
-            mask[row, : len(seg.token_ids)] = 1
+            input_ids[row, : len(seg.token_ids) - p] = torch.tensor(seg.token_ids[p:])
+            mask[row, : len(seg.token_ids) - p] = 1
             positions, ids, lps = _policy_rows(seg, topk)
             rows += [row] * len(positions)
-            cols += [t - 1 for t in positions]
+            cols += [t - 1 - p for t in positions]
             targets += [seg.token_ids[t] for t in positions]
             lp += [seg.rollout_logprobs[t] for t in positions]
             versions += [seg.weight_version[t] for t in positions]
             attempts += [attempt] * len(positions)
             tk_ids += ids
             tk_lps += lps
+        prefix = torch.tensor(sequences[members[0]][1].token_ids[:p], dtype=torch.int64)
         policy = PolicyBatch(
             target_ids=torch.tensor(targets, dtype=torch.int64),
             rollout_logprobs=torch.tensor(lp, dtype=torch.float32),
@@ -122,5 +151,5 @@ def pack_groups(groups: Sequence[Group], micro_batch_tokens: int, topk: int, pad
             advantages=adv_t,
             n_sampled_tokens=n_t,
         )
-        out.append(MicroBatch(input_ids, mask, torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64), policy))
+        out.append(MicroBatch(prefix, input_ids, mask, torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64), policy))
     return out

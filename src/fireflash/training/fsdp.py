@@ -53,7 +53,7 @@ import torch.multiprocessing as mp
 
 from fireflash.protocols import Group
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.training.batch import MicroBatch
+from fireflash.training.batch import MicroBatch, pack_groups
 from fireflash.training.checkpoint import (
     SCHEMA_VERSION,
     CheckpointError,
@@ -210,7 +210,7 @@ def shard_policy(model: torch.nn.Module, param_dtype: torch.dtype | None = None)
 
 def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
     policy = type(mb.policy)(*(t.to(device) for t in mb.policy))
-    return MicroBatch(mb.input_ids.to(device), mb.attention_mask.to(device), mb.rows.to(device), mb.cols.to(device), policy)
+    return MicroBatch(mb.prefix_ids.to(device), mb.input_ids.to(device), mb.attention_mask.to(device), mb.rows.to(device), mb.cols.to(device), policy)
 
 
 # ───────────────────────────────────── the trainer ─────────────────────────────────────
@@ -269,6 +269,11 @@ class FSDPTrainer(Trainer):
             (loss * 0.0).backward()
         self.model.eval()
         return _sum_over_ranks(totals) | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+
+    def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
+        """``pack_groups`` without shared prefixes: FSDP2 reshards a layer after each forward, and one backward
+        through two forward passes of the same layers (prefix, then suffixes) finds its parameters freed."""
+        return pack_groups(groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id, False)
 
     def micro_batch_loss(self, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The objective on one micro-batch, through the FSDP2-registered forward method."""

@@ -25,6 +25,7 @@ from fireflash.rl.objective import objective_loss
 from fireflash.training.batch import MicroBatch, pack_groups
 from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from fireflash.training.config import TrainerConfig
+from fireflash.training.prefix import shared_prefix_hidden
 
 
 def micro_batch_loss(
@@ -34,7 +35,8 @@ def micro_batch_loss(
 
     Args:
         model: causal LM with ``model.model`` (body) and ``lm_head`` (no bias).
-        mb: ``MicroBatch`` (input_ids / attention_mask [S, L], rows / cols [T]).
+        mb: ``MicroBatch`` (prefix_ids [P], input_ids / attention_mask [S, L], rows / cols [T]); a shared
+            prefix runs once, with gradient (``training.prefix``).
         weight_version: the trainer's version (staleness of each token is measured against it).
         temperature: rollout sampling temperature.
         objective: the RECIPE.md §5 constants.
@@ -42,7 +44,10 @@ def micro_batch_loss(
     Returns:
         ``objective_loss``'s (loss scalar, metrics).
     """
-    hidden = model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    if mb.prefix_ids.numel():
+        hidden = shared_prefix_hidden(model, mb.prefix_ids, mb.input_ids, prefix_grad=True)
+    else:
+        hidden = model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
     return objective_loss(
         hidden[mb.rows, mb.cols], model.lm_head.weight, mb.policy, weight_version, temperature, objective
     )
@@ -116,7 +121,9 @@ class Trainer:
 
     def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
         """``pack_groups`` with this trainer's budget, top-K and pad id (raises ``BatchError``)."""
-        return pack_groups(groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id)
+        return pack_groups(
+            groups, self.cfg.micro_batch_tokens, self.objective.score_centering_topk, self.pad_id, self.cfg.share_prefix
+        )
 
     def backward_micro_batches(self, micro: Sequence[MicroBatch], n_tokens: int) -> dict[str, float]:
         """Forward/backward each of ``micro``; metrics are weighted by its share of the step's ``n_tokens``.
