@@ -58,7 +58,10 @@ def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_pat
     assert all(0 < m["memory/rss_gb"] <= m["memory/peak_rss_gb"] for m in history)
     ckpt = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
     assert json.loads((ckpt / "fireflash.json").read_text())["weight_version"] == 3
-    assert len(list((tmp_path / "trajectories").glob("g*/a*.json"))) >= 12
+    saved = list((tmp_path / "trajectories").glob("g*/a*.json"))
+    assert len(saved) >= 12
+    scores = [json.loads(p.read_text())["metadata"]["score"] for p in saved]
+    assert {s["solved"] for s in scores} == {True, False} and all(0 <= s["reward"] <= 1 for s in scores)
 
 
 def test_wall_limit_stops_even_with_groups_queued(task, setup, tmp_path):
@@ -66,9 +69,12 @@ def test_wall_limit_stops_even_with_groups_queued(task, setup, tmp_path):
     trainer = setup[1]()
     train_step = trainer.train_step
     trainer.train_step = lambda groups, **kw: (time.sleep(3.0), train_step(groups, **kw))[1]
-    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: a < 2, steps=5, trainer=trainer, max_wall_sec=3.0)
+    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: a < 2, steps=5, trainer=trainer, max_wall_sec=3.0,
+                                checkpoint_every_steps=10)
     asyncio.run(_run(runtime, backend))
-    assert runtime.stopped_at_wall_limit and runtime.trainer.step <= 1
+    assert runtime.stopped_at_wall_limit and runtime.trainer.step == 1
+    # the step taken since the last periodic checkpoint is saved on the way out
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-000001"
 
 
 class GatedEngine:

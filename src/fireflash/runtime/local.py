@@ -144,6 +144,8 @@ async def settle_attempt(
     for s in stats:
         s.add(outcome)
     if trajectories_dir is not None and outcome.trajectory is not None:
+        if outcome.score is not None:  # read back by people and by per-task pass-rate tables, not by training
+            outcome.trajectory.metadata["score"] = outcome.score.model_dump(include={"reward", "solved", "reason"})
         path = trajectories_dir / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
         await asyncio.to_thread(outcome.trajectory.save, path)
     complete = scheduler.record(slot, outcome)
@@ -264,6 +266,8 @@ class LocalRuntime:
             batch = None if past else await self._next_batch(deadline)
             if batch is None:
                 self.stopped_at_wall_limit = True
+                if self.trainer.step % self.checkpoint_every:  # steps since the last checkpoint would be lost
+                    await self._checkpoint()
                 return
             groups, waited = batch
             metrics = await self._trainer_thread.run(self.trainer.train_step, groups, trim=True)
@@ -294,8 +298,11 @@ class LocalRuntime:
             if self.writer is not None:
                 self.writer.write(self.trainer.step, metrics)
             if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
-                cursor = self.scheduler.cursor(self.queue.group_ids())
-                await self._trainer_thread.run(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
+                await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        cursor = self.scheduler.cursor(self.queue.group_ids())
+        await self._trainer_thread.run(self.trainer.save_checkpoint, self.run_dir / "checkpoints", cursor)
 
     async def run(self) -> list[dict[str, float]]:
         """Run until ``steps`` optimizer steps are done; returns each step's metrics.
