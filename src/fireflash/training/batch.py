@@ -58,22 +58,19 @@ def _plan(sequences: Sequence[Segment], budget_tokens: int, share_prefix: bool) 
     P stops before every member's first sampled position t0 (the hidden state at t0 - 1 predicts it, and
     only suffix hidden states are gathered); it is 0 without ``share_prefix``.
     """
-    def limit(i: int) -> int:
-        first = next((t for t, m in enumerate(sequences[i].loss_mask) if m and t > 0), 1)
-        return first - 1 if share_prefix else 0
-
-    order = sorted(range(len(sequences)), key=lambda i: sequences[i].token_ids)
+    first = [next((t for t, m in enumerate(s.loss_mask) if m and t > 0), 1) for s in sequences]
+    limit = [f - 1 if share_prefix else 0 for f in first]
     plan: list[tuple[list[int], int]] = []
-    for i in order:
+    for i in sorted(range(len(sequences)), key=lambda i: sequences[i].token_ids):
         if plan:
-            members, _ = plan[-1]
-            prefix = min(common_prefix_len([sequences[members[0]].token_ids, sequences[i].token_ids]), limit(i),
-                         *(limit(j) for j in members))
+            members, prefix = plan[-1]
+            # in token order, the prefix all members share is the one the first shares with the newest
+            prefix = min(prefix, limit[i], common_prefix_len([sequences[members[0]].token_ids, sequences[i].token_ids]))
             longest = max(len(sequences[j].token_ids) for j in (*members, i))
             if _cost(prefix, len(members) + 1, longest) <= budget_tokens:
                 plan[-1] = ([*members, i], prefix)
                 continue
-        plan.append(([i], limit(i)))
+        plan.append(([i], limit[i]))
     return plan
 
 
