@@ -174,6 +174,15 @@ class Trajectory(Record):
         """Policy-sampled tokens over all segments (the loss-floor numerator, RECIPE.md §5)."""
         return sum(s.n_sampled_tokens for s in self.segments)
 
+    @property
+    def sampled_logprob_sum(self) -> float:
+        """Σ log q (nats) over the policy-sampled tokens of all segments.
+
+        ``-sampled_logprob_sum / n_sampled_tokens`` is the Monte-Carlo estimate of the sampler's entropy per
+        token on the attempt's own states: E_{y~q}[-log q(y)] = H(q). At temperature 1 that is the policy's.
+        """
+        return sum(lp for s in self.segments for lp, m in zip(s.rollout_logprobs, s.loss_mask) if m)
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.model_dump_json())

@@ -11,24 +11,30 @@ from fireflash.evaluation.commands import app
 from fireflash.evaluation.compare import (
     bootstrap_mean_ci,
     compare_results,
+    load_results,
     paired_difference_ci,
     run_curves,
+    table_rows,
     task_stats,
 )
 from fireflash.evaluation.results import EvalResults, TrialResult, summarize
+from fireflash.protocols import Segment, Trajectory
 from fireflash.runtime.tracking import MetricsWriter
 
 pytestmark = pytest.mark.unit
 
 
-def make_results(solved: dict[str, list[bool]], model="m", lost: dict[str, int] | None = None) -> EvalResults:
-    """One task per key; ``solved[task]`` lists its graded trials, ``lost[task]`` adds lost trials after them."""
+def make_results(solved: dict[str, list[bool]], model="m", lost: dict[str, int] | None = None,
+                 nats: float | None = None) -> EvalResults:
+    """One task per key; ``solved[task]`` lists its graded trials, ``lost[task]`` adds lost trials after them.
+    With ``nats``, every graded trial records 100 sampled tokens at log q = -nats each."""
     trials = []
     for tid, outcomes in solved.items():
         rows = [(s, False) for s in outcomes] + [(False, True)] * (lost or {}).get(tid, 0)
         for i, (ok, is_lost) in enumerate(rows):
+            record = {} if nats is None or is_lost else {"n_sampled_tokens": 100, "sampled_logprob_sum": -100 * nats}
             trials.append(TrialResult(task_id=tid, trial=i, attempt_id=f"{tid}-{i}", category="c", lost=is_lost, solved=ok,
-                                      reward=float(ok), n_output_tokens=0 if is_lost else 100))
+                                      reward=float(ok), n_output_tokens=0 if is_lost else 100, **record))
     overall, tasks, categories = summarize(trials, [1])
     return EvalResults(model=model, created_at="2025-01-01T00:00:00+00:00", trials_per_task=max(map(len, solved.values())),
                        ks=[1], overall=overall, tasks=tasks, categories=categories, trials=trials)
@@ -104,6 +110,46 @@ def test_mismatched_task_sets_are_compared_on_their_intersection():
         compare_results([("a", a), ("c", make_results({"other": [True]}))])
     with pytest.raises(ValueError, match="one --label per RESULTS"):
         compare_results([("a", a), ("b", b)], ["only one"])
+
+
+def test_entropy_is_compared_paired_over_tasks():
+    base = make_results(eleven_tasks(3), model="base", nats=0.1)
+    wider = make_results(eleven_tasks(3), model="rl", nats=0.3)
+    cmp = compare_results([("a", base), ("b", wider)], ["A", "B"])
+    a, b = cmp.results
+    assert a.sampled_entropy.mean == pytest.approx(0.1) and a.entropy_delta is None
+    assert b.sampled_entropy.mean == pytest.approx(0.3)
+    assert b.entropy_delta.mean == pytest.approx(0.2) and b.entropy_delta.low > 0  # a rise, beyond noise
+    # a result without the record (written before it existed, trajectories not saved) shows no entropy
+    old = compare_results([("a", base), ("c", make_results(eleven_tasks(3)))]).results[1]
+    assert old.sampled_entropy is None and old.entropy_delta is None
+    assert table_rows(compare_results([("c", make_results(eleven_tasks(3)))]))[0][-4:-1] == ["–", "–", ""]
+
+
+def test_entropy_of_old_results_is_read_from_their_saved_trajectories(tmp_path):
+    # sampled tokens are the loss-mask ones: log q -0.5 and -1.5 → 1.0 nats per token; prompt tokens do not count
+    seg = Segment(token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 0], rollout_logprobs=[0.0, -0.5, -1.5, -9.0],
+                  topk_ids=[[], [2], [3], []], topk_logprobs=[[], [-0.5], [-1.5], []], weight_version=[-1, 0, 0, -1])
+    traj = Trajectory(task_id="x", attempt_id="x-0", segments=[seg])
+    assert traj.n_sampled_tokens == 2 and traj.sampled_logprob_sum == pytest.approx(-2.0)
+    traj.save(tmp_path / "trajectories" / "x" / "t0.json")
+    res = make_results({"x": [True]})
+    res.trials[0].trajectory_path = "trajectories/x/t0.json"
+    res.save(tmp_path / "results.json")
+    [(path, loaded)] = load_results([tmp_path])
+    assert loaded.trials[0].sampled_logprob_sum is None and task_stats(loaded)["x"].sampled_entropy is None
+    assert task_stats(loaded, path.parent)["x"].sampled_entropy == pytest.approx(1.0)
+    assert compare_results([(path, loaded)]).results[0].sampled_entropy.mean == pytest.approx(1.0)
+
+
+def test_cli_shows_entropy_when_recorded(tmp_path):
+    make_results(eleven_tasks(3), model="m-a", nats=0.1).save(tmp_path / "a" / "results.json")
+    make_results(eleven_tasks(3), model="m-b", nats=0.3).save(tmp_path / "b" / "results.json")
+    result = CliRunner().invoke(app, ["report", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                      str(tmp_path / "cmp"), "--resamples", "500"])
+    assert result.exit_code == 0, result.output
+    assert "entropy" in result.output and "0.100" in result.output and "+0.200" in result.output
+    assert "| 0.300 | +0.200 | [+0.200, +0.200] |" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
 def test_run_without_metrics_is_named(tmp_path):

@@ -59,6 +59,20 @@ def test_unpriced_trials_leave_cost_empty():
     assert a.cost_per_trial_usd is None and overall.cost_per_solve_usd is None
 
 
+def test_sampled_entropy_is_token_weighted_within_a_task_and_averaged_over_tasks():
+    def rec(t, n, logq_sum):
+        return t.model_copy(update={"n_sampled_tokens": n, "sampled_logprob_sum": logq_sum})
+
+    trials = [rec(trial("a", 0, "x"), 4, -2.0), rec(trial("a", 1, "x"), 1, -1.0),  # a: 3 nats / 5 tokens
+              rec(trial("b", 0, "x"), 10, -1.0), trial("b", 1, "x", lost=True)]    # b: lost trials do not count
+    overall, (a, b), _ = summarize(trials, [1])
+    assert a.sampled_entropy == pytest.approx(0.6) and b.sampled_entropy == pytest.approx(0.1)
+    assert overall.sampled_entropy == pytest.approx(0.35)
+    # one graded trial without the record (results from before it existed) leaves the task's entropy unknown
+    overall, (a, _), _ = summarize(trials + [trial("a", 2, "x")], [1])
+    assert a.sampled_entropy is None and overall.sampled_entropy == pytest.approx(0.1)
+
+
 def test_results_roundtrip_and_tables(tmp_path):
     trials = sample_trials()
     overall, tasks, cats = summarize(trials, [1, 2])

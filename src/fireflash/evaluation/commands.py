@@ -302,17 +302,22 @@ def compare_command(
     table = Table(title=f"Pass@1 on {len(comparison.task_ids)} common tasks × {'/'.join(map(str, trials))} trials, "
                   f"{comparison.level:.0%} CI over tasks", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("label / model", overflow="fold")
-    for col in ["Pass@1 %", "Δ pts", "sig", "reward", "tok/solve", "lost"]:
+    # results from before the sampled-token record, without saved trajectories, have no entropy: no empty column
+    show_entropy = any(r.sampled_entropy is not None for r in comparison.results)
+    for col in ["Pass@1 %", "Δ pts", "sig", "reward", "tok/solve"] + ["entropy"] * show_entropy + ["lost"]:
         table.add_column(col, justify="right", no_wrap=True)
     for r in comparison.results:
-        p1, d = r.pass_at_1, r.delta
+        p1, d, h, dh = r.pass_at_1, r.delta, r.sampled_entropy, r.entropy_delta
+        entropy = "–" if h is None else f"{h.mean:.3f}" + ("" if dh is None else f"\n{dh.mean:+.3f}\n[{dh.low:+.2f}, {dh.high:+.2f}]")
         table.add_row(
             f"{escape(r.label)}\n[dim]{escape(r.model)}[/]", f"{100 * p1.mean:.1f}\n[{100 * p1.low:.1f}, {100 * p1.high:.1f}]",
             "base" if d is None else f"{100 * d.mean:+.1f}\n[{100 * d.low:+.1f}, {100 * d.high:+.1f}]",
             "" if r.significant is None else ("yes" if r.significant else "no"), f"{r.mean_reward:.3f}",
-            _fmt(r.output_tokens_per_solve, ".0f"), str(r.n_lost),
+            _fmt(r.output_tokens_per_solve, ".0f"), *[entropy] * show_entropy, str(r.n_lost),
         )
     console.print(table)
+    if show_entropy:
+        console.print("[dim]entropy: nats per sampled token on these trials (Δ vs the first, paired over tasks)[/]")
     dropped = [f"{r.label} {r.n_tasks_dropped}" for r in comparison.results if r.n_tasks_dropped]
     if dropped:
         console.print(f"[yellow]tasks dropped (not graded in every result)[/]: {', '.join(dropped)}")

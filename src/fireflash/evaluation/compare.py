@@ -7,7 +7,9 @@ Pass@1 of a task is the mean of ``solved`` over its graded trials (lost trials e
 result's Pass@1 is the mean over tasks (RECIPE.md §6). Trials of one task are correlated, so the
 task is the unit of resampling: the 95% interval is a percentile bootstrap over tasks, and the change
 against the first (baseline) result is a paired bootstrap of per-task differences on the same task
-draws. A change is "significant" when its interval excludes 0. Results are compared on the tasks
+draws. A change is "significant" when its interval excludes 0. The policy's entropy on the held-out
+tasks (nats per sampled token, ``results.sampled_entropy``) gets the same intervals: unlike the training
+batches' entropy it is measured on one fixed task set for every checkpoint. Results are compared on the tasks
 every one of them graded; tasks outside that intersection are dropped and counted.
 
 Simplifications: percentile intervals (no BCa correction) are a little narrow for a handful of tasks;
@@ -25,7 +27,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fireflash.evaluation.report import Panel, panel_series, style_step_axes
-from fireflash.evaluation.results import EvalResults, TrialResult
+from fireflash.evaluation.results import EvalResults, TrialResult, sampled_entropy
+from fireflash.protocols import Trajectory
 from fireflash.runtime.tracking import read_metrics
 
 RL_PANELS = (
@@ -74,6 +77,9 @@ class ComparedResult(BaseModel):
     n_solved: int
     output_tokens_per_solve: float | None = Field(description="Output tokens over graded trials / solves; None if no solve.")
     n_lost: int = Field(description="Trials lost to infrastructure in the whole file (not graded).")
+    sampled_entropy: Interval | None = Field(
+        None, description="Nats per sampled token, mean over tasks, bootstrap interval; None if a task lacks the record.")
+    entropy_delta: Interval | None = Field(None, description="sampled_entropy minus the baseline's, paired over tasks.")
 
 
 class Comparison(BaseModel):
@@ -95,18 +101,37 @@ class TaskStats(NamedTuple):
     mean_reward: float
     n_output_tokens: int  # summed over graded trials
     n_solved: int
+    sampled_entropy: float | None  # nats per sampled token (results.sampled_entropy); None if not recorded
 
 
-def task_stats(results: EvalResults) -> dict[str, TaskStats]:
-    """task id → its stats, in first-seen order; tasks whose every trial was lost are left out."""
+def with_sampled_logprobs(trial: TrialResult, results_dir: Path | None) -> TrialResult:
+    """``trial``, its sampled-token record filled from its saved trajectory when the results predate the field.
+
+    Returns the trial unchanged when it has the record, or when there is no readable trajectory to fill it from.
+    """
+    if trial.sampled_logprob_sum is not None or results_dir is None or not trial.trajectory_path:
+        return trial
+    path = results_dir / trial.trajectory_path
+    if not path.is_file():
+        return trial
+    traj = Trajectory.load(path)
+    return trial.model_copy(update={"n_sampled_tokens": traj.n_sampled_tokens, "sampled_logprob_sum": traj.sampled_logprob_sum})
+
+
+def task_stats(results: EvalResults, results_dir: Path | None = None) -> dict[str, TaskStats]:
+    """task id → its stats, in first-seen order; tasks whose every trial was lost are left out.
+
+    ``results_dir`` (the directory of results.json) lets results written before the sampled-token record
+    existed get their entropy from the saved trajectories.
+    """
     by_task: dict[str, list[TrialResult]] = {}
     for t in results.trials:
         by_task.setdefault(t.task_id, [])
         if not t.lost:
-            by_task[t.task_id].append(t)
+            by_task[t.task_id].append(with_sampled_logprobs(t, results_dir))
     return {
         tid: TaskStats(sum(t.solved for t in ts) / len(ts), sum(t.reward for t in ts) / len(ts),
-                       sum(t.n_output_tokens for t in ts), sum(t.solved for t in ts))
+                       sum(t.n_output_tokens for t in ts), sum(t.solved for t in ts), sampled_entropy(ts))
         for tid, ts in by_task.items() if ts
     }
 
@@ -189,26 +214,33 @@ def compare_results(
     if not loaded:
         raise ValueError("no results: pass `fireflash eval` results.json files or their directories")
     names = _labels(loaded, labels)
-    per_task = [task_stats(r) for _, r in loaded]
+    per_task = [task_stats(r, Path(f).parent) for f, r in loaded]
     common = [tid for tid in per_task[0] if all(tid in p for p in per_task[1:])]
     if not common:
         raise ValueError(f"no task has a graded trial in every result ({', '.join(str(f) for f, _ in loaded)}); "
                          "evaluate the same task set, e.g. bundled:heldout")
     base = [per_task[0][tid].pass_at_1 for tid in common]
+    base_entropy = [per_task[0][tid].sampled_entropy for tid in common]
+    ci = {"n_resamples": n_resamples, "seed": seed, "level": level}
     rows = []
     for i, ((path, res), name, tasks) in enumerate(zip(loaded, names, per_task)):
         stats = [tasks[tid] for tid in common]
         p1 = [s.pass_at_1 for s in stats]
-        delta = None if i == 0 else paired_difference_ci(base, p1, n_resamples=n_resamples, seed=seed, level=level)
+        delta = None if i == 0 else paired_difference_ci(base, p1, **ci)
+        entropy = [s.sampled_entropy for s in stats]
+        has_entropy = None not in entropy
+        entropy_delta = (paired_difference_ci(base_entropy, entropy, **ci)
+                         if i > 0 and has_entropy and None not in base_entropy else None)
         solves = sum(s.n_solved for s in stats)
         rows.append(ComparedResult(
             label=name, source=str(path), model=res.model, n_tasks=len(common),
             n_tasks_dropped=len({t.task_id for t in res.trials}) - len(common), trials_per_task=res.trials_per_task,
-            pass_at_1=bootstrap_mean_ci(p1, n_resamples=n_resamples, seed=seed, level=level),
+            pass_at_1=bootstrap_mean_ci(p1, **ci),
             delta=delta, significant=None if delta is None else delta.excludes_zero,
             mean_reward=float(np.mean([s.mean_reward for s in stats])), n_solved=solves,
             output_tokens_per_solve=sum(s.n_output_tokens for s in stats) / solves if solves else None,
             n_lost=sum(t.lost for t in res.trials),
+            sampled_entropy=bootstrap_mean_ci(entropy, **ci) if has_entropy else None, entropy_delta=entropy_delta,
         ))
     return Comparison(task_ids=common, n_resamples=n_resamples, seed=seed, level=level, results=rows)
 
@@ -219,7 +251,7 @@ def _pct(iv: Interval, signed: bool = False) -> tuple[str, str]:
 
 
 TABLE_HEAD = ["label", "model", "tasks", "trials/task", "Pass@1 %", "CI", "Δ vs base (pts)", "Δ CI", "significant",
-              "mean reward", "out tok / solve", "lost trials"]
+              "mean reward", "out tok / solve", "entropy (nats/tok)", "Δ entropy", "Δ entropy CI", "lost trials"]
 
 
 def table_rows(comparison: Comparison) -> list[list[str]]:
@@ -229,8 +261,11 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
         delta = _pct(r.delta, signed=True) if r.delta else ("baseline", "")
         sig = "" if r.significant is None else ("yes" if r.significant else "no")
         tok = "–" if r.output_tokens_per_solve is None else f"{r.output_tokens_per_solve:.0f}"
+        ent = "–" if r.sampled_entropy is None else f"{r.sampled_entropy.mean:.3f}"
+        d = r.entropy_delta
+        ent_delta = ("–", "") if d is None else (f"{d.mean:+.3f}", f"[{d.low:+.3f}, {d.high:+.3f}]")
         rows.append([r.label, r.model, str(r.n_tasks), str(r.trials_per_task), *_pct(r.pass_at_1), *delta, sig,
-                     f"{r.mean_reward:.3f}", tok, str(r.n_lost)])
+                     f"{r.mean_reward:.3f}", tok, ent, *ent_delta, str(r.n_lost)])
     return rows
 
 
@@ -329,7 +364,9 @@ def compare_markdown(comparison: Comparison, curves: dict | None = None) -> str:
     lines = ["# Pass@1 comparison", "",
              (f"{len(c.task_ids)} tasks in every result; Pass@1 per task = solved / graded trials (lost trials excluded). "
               f"{c.level:.0%} intervals: percentile bootstrap over tasks, {c.n_resamples} resamples, seed {c.seed}; "
-              f"Δ is paired against **{c.results[0].label}** on the same task draws, significant when its interval excludes 0."),
+              f"Δ is paired against **{c.results[0].label}** on the same task draws, significant when its interval excludes 0. "
+              "Entropy: nats per token the policy sampled in these trials (-mean log q; its entropy at temperature 1), "
+              "mean over tasks, Δ paired the same way."),
              "", "| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD),
              *["| " + " | ".join(row) + " |" for row in table_rows(c)], ""]
     dropped = [f"{r.label}: {r.n_tasks_dropped}" for r in c.results if r.n_tasks_dropped]

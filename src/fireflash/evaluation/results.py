@@ -42,6 +42,9 @@ class TrialResult(_Model):
     n_input_tokens: int = 0
     n_cached_input_tokens: int = 0
     n_output_tokens: int = 0
+    n_sampled_tokens: int | None = Field(None, description="Policy-sampled tokens of the saved trajectory; None in results from before it was recorded.")
+    sampled_logprob_sum: float | None = Field(
+        None, description="Σ log q of those tokens (nats): -sum / n_sampled_tokens estimates the sampler's entropy per token.")
     wall_sec: float = Field(0.0, description="Seconds of the whole scored attempt, retries included.")
     tries: int = 1
     cost_usd: float | None = Field(None, description="None when no prices were resolved.")
@@ -64,6 +67,9 @@ class Aggregate(_Model):
     mean_n_output_tokens: float | None
     mean_turns: float | None
     mean_wall_sec: float | None
+    sampled_entropy: float | None = Field(
+        None, description="Nats per sampled token, -Σ log q / Σ tokens over graded trials (a task) or the mean over "
+        "tasks: the Monte-Carlo entropy of the sampler on its own trajectories, the policy's at temperature 1.")
     cost_per_trial_usd: float | None
     cost_per_solve_usd: float | None
     failure_reasons: dict[str, int] = Field(default_factory=dict)
@@ -115,6 +121,18 @@ def _mean(values: Sequence[float]) -> float | None:
     return fmean(values) if values else None
 
 
+def sampled_entropy(trials: Sequence[TrialResult]) -> float | None:
+    """-Σ log q / Σ sampled tokens (nats per token) over ``trials``; None if a trial lacks the record or none sampled.
+
+    A token-weighted Monte-Carlo estimate of the sampler's entropy on the states its own trials reached
+    (E_{y~q}[-log q(y)] = H(q)); at temperature 1 it is the policy entropy RECIPE.md §5 watches.
+    """
+    if any(t.sampled_logprob_sum is None or t.n_sampled_tokens is None for t in trials):
+        return None
+    n = sum(t.n_sampled_tokens for t in trials)
+    return -sum(t.sampled_logprob_sum for t in trials) / n if n else None
+
+
 def aggregate_task(trials: Sequence[TrialResult], ks: Sequence[int]) -> dict:
     """Aggregate fields of one task's trials (pass@k from graded trials only)."""
     graded = [t for t in trials if not t.lost]
@@ -130,6 +148,7 @@ def aggregate_task(trials: Sequence[TrialResult], ks: Sequence[int]) -> dict:
         "mean_n_output_tokens": _mean([t.n_output_tokens for t in graded]),
         "mean_turns": _mean([t.n_turns for t in graded]),
         "mean_wall_sec": _mean([t.wall_sec for t in graded]),
+        "sampled_entropy": sampled_entropy(graded),
         "cost_per_trial_usd": _mean(costs) if priced else None,
         "cost_per_solve_usd": cost_per_solve_usd(sum(costs), solved) if priced else None,
         "failure_reasons": dict(Counter(t.failure for t in trials if t.failure)),
@@ -155,7 +174,7 @@ def aggregate_tasks(tasks: Sequence[TaskResult], trials: Sequence[TrialResult], 
         "mean_reward": over_tasks("mean_reward"), "mean_n_input_tokens": over_tasks("mean_n_input_tokens"),
         "mean_n_cached_input_tokens": over_tasks("mean_n_cached_input_tokens"),
         "mean_n_output_tokens": over_tasks("mean_n_output_tokens"), "mean_turns": over_tasks("mean_turns"),
-        "mean_wall_sec": over_tasks("mean_wall_sec"),
+        "mean_wall_sec": over_tasks("mean_wall_sec"), "sampled_entropy": over_tasks("sampled_entropy"),
         "cost_per_trial_usd": _mean(costs) if priced else None,
         "cost_per_solve_usd": cost_per_solve_usd(sum(costs), sum(t.n_solved for t in tasks)) if priced else None,
         "failure_reasons": dict(reasons.most_common()),
@@ -184,13 +203,14 @@ def markdown_tables(results: EvalResults) -> str:
     """The results as Markdown: overall, per category, per task, failure reasons."""
     ks = results.ks
     head = ["", "tasks", "graded", "lost"] + [f"pass@{k}" for k in ks] + [
-        "reward", "input tok", "cached tok", "output tok", "turns", "wall s", "$/trial", "$/solve"]
+        "reward", "input tok", "cached tok", "output tok", "turns", "entropy", "wall s", "$/trial", "$/solve"]
 
     def row(name: str, a: Aggregate) -> str:
         cells = [name, str(a.n_tasks), str(a.n_graded), str(a.n_lost)]
         cells += [_fmt(a.pass_at_k[str(k)], ".1%") for k in ks]
         cells += [_fmt(a.mean_reward, ".3f"), _fmt(a.mean_n_input_tokens, ".0f"), _fmt(a.mean_n_cached_input_tokens, ".0f"),
-                  _fmt(a.mean_n_output_tokens, ".0f"), _fmt(a.mean_turns, ".1f"), _fmt(a.mean_wall_sec, ".1f"),
+                  _fmt(a.mean_n_output_tokens, ".0f"), _fmt(a.mean_turns, ".1f"),
+                  _fmt(a.sampled_entropy, ".3f"), _fmt(a.mean_wall_sec, ".1f"),
                   _fmt(a.cost_per_trial_usd, ".4f"), _fmt(a.cost_per_solve_usd, ".4f")]
         return "| " + " | ".join(cells) + " |"
 
@@ -202,7 +222,8 @@ def markdown_tables(results: EvalResults) -> str:
         f"# Evaluation: {results.model}" + (f" ({results.setting})" if results.setting else ""), "",
         f"{results.trials_per_task} trials per task, {results.overall.n_tasks} tasks, finished {results.created_at}. "
         + (f"Prices (USD per million tokens, {price.source}): input {price.input_usd_per_mtok}, cached input "
-           f"{price.cached_input_usd_per_mtok}, output {price.output_usd_per_mtok}." if price else "No prices: cost not computed."),
+           f"{price.cached_input_usd_per_mtok}, output {price.output_usd_per_mtok}." if price else "No prices: cost not computed.")
+        + " Entropy: nats per sampled token, -mean log q of the tokens the policy sampled (its entropy at temperature 1).",
         "",
     ]
     lines += table("Overall", [row("all", results.overall)])

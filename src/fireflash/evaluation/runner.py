@@ -58,6 +58,7 @@ def trial_result(task: Task, index: int, outcome: AttemptOutcome, prices: TokenP
         **base, solved=outcome.score.solved, reward=outcome.score.reward, status=traj.status.value,
         finish_reason=traj.finish_reason, n_turns=traj.n_turns, n_input_tokens=counts.n_input_tokens,
         n_cached_input_tokens=counts.n_cached_input_tokens, n_output_tokens=counts.n_output_tokens,
+        n_sampled_tokens=traj.n_sampled_tokens, sampled_logprob_sum=traj.sampled_logprob_sum,
         cost_usd=trial_cost_usd(counts, prices) if prices is not None else None, trajectory_path=trajectory_path,
         grader_log="" if outcome.score.solved else outcome.score.log,
     )
