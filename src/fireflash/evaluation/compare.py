@@ -7,7 +7,7 @@ Pass@1 of a task is the mean of ``solved`` over its graded trials (lost trials e
 result's Pass@1 is the mean over tasks (RECIPE.md §6). Trials of one task are correlated, so the
 task is the unit of resampling: the 95% interval is a percentile bootstrap over tasks, and the change
 against the first (baseline) result is a paired bootstrap of per-task differences on the same task
-draws. A change is "significant" when its interval excludes 0. The policy's entropy on the held-out
+draws. A change is "significant" when its interval excludes 0. The policy's entropy on the evaluated
 tasks (nats per sampled token, ``results.sampled_entropy``) gets the same intervals: unlike the training
 batches' entropy it is measured on one fixed task set for every checkpoint. Results are compared on the tasks
 every one of them graded; tasks outside that intersection are dropped and counted.
