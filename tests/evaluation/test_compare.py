@@ -11,6 +11,8 @@ from fireflash.evaluation.commands import app
 from fireflash.evaluation.compare import (
     bootstrap_mean_ci,
     compare_results,
+    curve_ends,
+    curve_window,
     load_results,
     paired_difference_ci,
     run_curves,
@@ -152,6 +154,14 @@ def test_cli_shows_entropy_when_recorded(tmp_path):
     assert "| 0.300 | +0.200 | [+0.200, +0.200] |" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
+def test_curve_ends_average_a_fifth_of_a_noisy_run():
+    assert [curve_window(n) for n in (1, 5, 9, 10, 48, 100, 1000)] == [1, 1, 1, 2, 9, 10, 10]
+    assert curve_ends([0.5, 2.0]) == (1, 0.5, 2.0)  # short runs keep their raw ends
+    w, first, last = curve_ends([float(i) for i in range(20)] + [float("nan")])  # non-finite values are skipped
+    assert (w, first, last) == (4, pytest.approx(1.5), pytest.approx(17.5))
+    assert curve_ends([float("nan")]) is None and curve_ends([]) is None
+
+
 def test_run_without_metrics_is_named(tmp_path):
     with pytest.raises(ValueError, match="metrics.jsonl: missing or empty"):
         run_curves([tmp_path])
@@ -173,7 +183,7 @@ def test_cli_writes_plot_table_and_curves(tmp_path):
         writer.write(step, {"loss": 2.0 / step, "accuracy": 0.1 * step})
     writer.close()
     writer = MetricsWriter(rl_run, tensorboard=False)
-    for step in range(1, 6):
+    for step in range(1, 16):  # long enough for a smoothed line (3-step mean)
         writer.write(step, {"rollout/reward_mean": 0.1 * step, "rollout/pass_rate": 0.1 * step, "entropy/mean": 0.5 - 0.01 * step,
                             "loss": -0.3})  # the GRPO loss: not drawn in the SFT loss panel
     writer.close()
@@ -187,7 +197,7 @@ def test_cli_writes_plot_table_and_curves(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "compare.md").read_text()
     assert "| base | m-base | 11 | 5 | 9.1 |" in md and "| rl | m-rl | 11 | 5 | 72.7 |" in md
-    assert "+63.6 |" in md and "| loss | sft | 5 | 2 | 0.4 |" in md and "| entropy/mean | local | 5 | 0.49 | 0.45 |" in md
+    assert "+63.6 |" in md and "| loss | sft | 5 | 1 | 2 | 0.4 |" in md and "| entropy/mean | local | 15 | 3 | 0.48 | 0.36 |" in md
     assert "| loss | local |" not in md
     saved = json.loads((out / "compare.json").read_text())
     assert [r["significant"] for r in saved["results"]] == [None, False, True] and saved["n_resamples"] == 2000

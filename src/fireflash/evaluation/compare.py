@@ -343,7 +343,16 @@ def plot_curves(curves: dict[str, dict[str, tuple[list[int], list[float]]]], pat
         ax.axis("off")
     for ax, panel in zip(axes.flat, panels):
         for run, (steps, values) in curves[panel.name].items():
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4, label=run)
+            w = curve_window(len(steps))
+            if w < 3:
+                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.4, label=run)
+                continue
+            raw = ax.plot(steps, values, linewidth=0.8, alpha=0.35)[0]
+            x, y = np.asarray(steps), np.asarray(values, dtype=np.float64)
+            x, y = x[np.isfinite(y)], y[np.isfinite(y)]
+            if len(y) >= w:
+                ax.plot(x[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), linewidth=1.8, color=raw.get_color(),
+                        label=f"{run} (mean of {w} steps)")
         style_step_axes(ax, panel)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -353,9 +362,22 @@ def plot_curves(curves: dict[str, dict[str, tuple[list[int], list[float]]]], pat
     return path
 
 
-def _ends(values: list[float]) -> tuple[str, str]:
+def curve_window(n_steps: int) -> int:
+    """Steps averaged at each end of a curve and in its smoothed line: a fifth of the run, 1 to 10 steps.
+
+    Per-step RL metrics are noisy (each step sees a few groups of different tasks), so single first / last
+    values mislead; short runs keep their raw values.
+    """
+    return min(10, max(1, n_steps // 5))
+
+
+def curve_ends(values: Sequence[float]) -> tuple[int, float, float] | None:
+    """(window, mean of the first ``window`` finite values, mean of the last); None if none is finite."""
     finite = [v for v in values if math.isfinite(v)]
-    return (f"{finite[0]:.4g}", f"{finite[-1]:.4g}") if finite else ("–", "–")
+    if not finite:
+        return None
+    w = curve_window(len(finite))
+    return w, float(np.mean(finite[:w])), float(np.mean(finite[-w:]))
 
 
 def compare_markdown(comparison: Comparison, curves: dict | None = None) -> str:
@@ -373,10 +395,14 @@ def compare_markdown(comparison: Comparison, curves: dict | None = None) -> str:
     lines += [f"Tasks dropped (not graded in every result): {', '.join(dropped)}." if dropped else "No task dropped.", "",
               "![compare](compare.png)", ""]
     if curves:
-        lines += ["## Training curves", "", "![curves](curves.png)", "", "| metric | run | steps | first | last |", "|---|---|---|---|---|"]
+        lines += ["## Training curves", "", "![curves](curves.png)", "",
+                  "First / last: means over the first and last *averaged* steps (a fifth of the run, at most 10).", "",
+                  "| metric | run | steps | averaged | first | last |", "|---|---|---|---|---|---|"]
         for panel in CURVE_PANELS:
             for run, (steps, values) in curves.get(panel.name, {}).items():
-                lines.append(f"| {panel.keys[0]} | {run} | {len(steps)} | " + " | ".join(_ends(values)) + " |")
+                ends = curve_ends(values)
+                cells = ("–", "–", "–") if ends is None else (str(ends[0]), f"{ends[1]:.4g}", f"{ends[2]:.4g}")
+                lines.append(f"| {panel.keys[0]} | {run} | {len(steps)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
