@@ -95,6 +95,27 @@ def test_oracle_script_maps_request_ids_to_plan_turns():
         script(req("eval-7"))
 
 
+def test_collect_refuses_duplicate_task_ids_before_replaying_anything():
+    from fireflash.sft.collect import collect_oracle
+
+    used = []
+
+    class NoBackend:  # a replay would use the sandbox backend: the check must come first
+        def __getattr__(self, name):
+            used.append(name)  # recorded: the runtime turns a backend error into a lost attempt, not a failure
+            raise RuntimeError(f"backend.{name} used before the duplicate check")
+
+    # replays run in batches by solution count, fewest first: the duplicate sits in the second batch
+    tasks = sorted(bundled_tasks("train"), key=lambda t: len(solution_scripts(t)))
+    few, many = tasks[0], tasks[-1]
+    assert len(solution_scripts(few)) < len(solution_scripts(many))
+    with pytest.raises(ValueError, match=f"duplicated: \\['{many.id}'\\]"):
+        asyncio.run(collect_oracle([few, many, many], ["direct"], backend=NoBackend(), tokenizer=build_tiny_tokenizer(),
+                                   harness=HarnessConfig(assistant_prefix=PREFIX), grader_for=lambda t: None,
+                                   max_concurrent=1))
+    assert used == []
+
+
 def test_collect_replays_through_sandboxes_and_keeps_only_solved(tmp_path):
     from fireflash.grading.graders import make_grader
     from fireflash.sandbox import make_backend

@@ -36,6 +36,14 @@ class _Parents:
             await self.pool.close(task)
 
 
+def check_unique_ids(tasks: Sequence[Task]) -> None:
+    """Raises ValueError naming every task id that occurs more than once (two paths to the same task)."""
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"task ids must be unique; duplicated: {dup} (check the task paths for the same task twice)")
+
+
 async def run_trials(
     tasks: Sequence[Task],
     trials_per_task: int,
@@ -63,10 +71,7 @@ async def run_trials(
     Raises:
         ValueError: duplicate task ids, ``trials_per_task < 1`` or ``max_concurrent < 1``.
     """
-    ids = [t.id for t in tasks]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        raise ValueError(f"task ids must be unique; duplicated: {dup} (check the task paths for the same task twice)")
+    check_unique_ids(tasks)
     if trials_per_task < 1 or max_concurrent < 1:
         raise ValueError(f"trials_per_task ({trials_per_task}) and max_concurrent ({max_concurrent}) must be >= 1")
     parents = _Parents(backend, {t.id: trials_per_task for t in tasks})

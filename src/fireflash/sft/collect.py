@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fireflash.engines.scripted import ScriptedEngine
-from fireflash.evaluation.trials import run_trials
+from fireflash.evaluation.trials import check_unique_ids, run_trials
 from fireflash.harness.config import HarnessConfig
 from fireflash.harness.rendering import ChatRenderer
 from fireflash.protocols import Grader, SandboxBackend, Task, Trajectory
@@ -55,7 +55,10 @@ async def collect_oracle(
     Raises:
         fireflash.sft.oracle.OracleError: a task has no reference solution, or the assistant prefix cannot
             start a tool call.
+        ValueError: two tasks share an id, before anything is replayed (the replays run in batches by
+            solution count, and a duplicate would otherwise surface only after the first batch).
     """
+    check_unique_ids(tasks)
     plans = plans_for(tasks, variants)
     by_task = index_plans(plans)
     engine = ScriptedEngine(tokenizer, OracleScript(by_task, ChatRenderer(tokenizer), harness.assistant_prefix))
