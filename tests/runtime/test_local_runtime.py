@@ -110,8 +110,10 @@ def test_turns_older_than_max_staleness_are_masked(task, setup, tmp_path):
     _, make_trainer, make_engine, _ = setup
     # max_staleness 1: attempt g0/a0's first turn samples at version 0, its second waits for version 3
     engine = GatedEngine(make_engine(lambda g, a: a == 0), release_version=3)
+    # g0 stays open (sampling) until version 3, counted against the queue bound all along: the bound must leave
+    # room for the 3 groups trained meanwhile (the default, groups_per_step × max_staleness = 1, would not)
     runtime, backend = _runtime(task, setup, tmp_path, None, steps=5, group_size=2, inflight=3, engine=engine,
-                                trainer=make_trainer(max_staleness=1))
+                                trainer=make_trainer(max_staleness=1), max_queued_groups=4)
     history = asyncio.run(_run(runtime, backend))
     stale = [m for m in history if m.get("stale/dropped_share", 0) > 0]
     assert stale, "the slow attempt's first turn should have been dropped for staleness"

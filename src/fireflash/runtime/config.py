@@ -67,9 +67,9 @@ class RuntimeConfig(BaseModel):
     max_inflight_attempts: int = Field(16, ge=1, description="Attempts kept running at all times.")
     max_queued_groups: int | None = Field(
         None, ge=1,
-        description="Complete groups that may wait for the trainer before workers pause; None = groups_per_step × "
-        "rl.max_staleness (a group queued behind more would be fully masked as stale). Lower it to keep trained "
-        "turns fresher when rollouts outpace the trainer.",
+        description="Groups that may be queued for the trainer or still sampling before workers open no new group; "
+        "None = groups_per_step × rl.max_staleness (a group opened behind more would have its first turns masked "
+        "as stale). Lower it to keep trained turns fresher when rollouts outpace the trainer.",
     )
     discard_zero_signal_groups: bool = Field(True, description="Drop groups whose R' are all equal (RECIPE.md §1).")
     max_attempt_retries: int = Field(2, ge=0, description="Retries of an attempt lost to infrastructure.")

@@ -102,6 +102,15 @@ class GroupScheduler:
             self._reissue.remove(slot.group_id)
         return sorted(p.outcomes, key=lambda o: o.attempt_id)
 
+    @property
+    def open_groups(self) -> int:
+        """Groups issued whose attempts are not all finished (still sampling)."""
+        return len(self.pending)
+
+    def opens_group(self) -> bool:
+        """Whether ``next_slot`` would start a new group (every open group has all its attempts issued)."""
+        return all(p.issued >= self.group_size for p in self.pending.values())
+
     def cursor(self, queued: Sequence[int] = ()) -> dict[str, Any]:
         """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ids) rerun on resume."""
         unfinished = {gid: p.task.id for gid, p in self.pending.items()} | {g: self._task_for(g).id for g in queued}
@@ -141,12 +150,16 @@ def finish_group(task_id: str, outcomes: Sequence[AttemptOutcome], objective: Ob
 
 
 class GroupQueue:
-    """Complete groups waiting for the trainer, oldest first, bounded; shared by the local and Ray runtimes.
+    """Complete groups waiting for the trainer, oldest first; shared by the local and Ray runtimes.
 
-    The bound (default ``groups_per_step × max_staleness``): a group queued behind that many would be trained
-    ``max_staleness`` versions after it was sampled, with every turn masked, so rollout workers wait in
-    ``wait_for_room`` instead of doing work the trainer would throw away; without it, rollouts that outpace
-    the trainer grow the queue, its staleness and memory without end.
+    ``max_queued`` (default ``groups_per_step × max_staleness``) bounds the groups *ahead of a new one*: those
+    queued here plus those still sampling (``GroupScheduler.open_groups``). A group opened behind ``n`` others
+    is trained about ``ceil((n + 1) / groups_per_step) - 1`` versions after its first turn was sampled, so at
+    the default its first turns are at most ``max_staleness - 1`` versions stale: one version of slack for
+    groups that finish out of order. Counting only the queued groups (before 2026-12-01) let the groups
+    still sampling add their versions on top: when rollouts outpaced the trainer (runs/rl12: 12–14 queued,
+    2 per step) most trained turns were over ``max_staleness`` and masked, steps with no gradient. A straggler
+    holds one unit of the bound until its group closes (attempts end within the task's time limits).
 
     Raises:
         ValueError: ``max_queued`` < ``groups_per_step`` (the trainer could never get a batch).
@@ -162,7 +175,7 @@ class GroupQueue:
             )
         self.items: list[tuple[int, Group]] = []  # (group id, group)
         self._added = asyncio.Event()
-        self._taken = asyncio.Event()
+        self._changed = asyncio.Event()  # a batch was taken or a group closed: room may have appeared
 
     def __len__(self) -> int:
         return len(self.items)
@@ -171,15 +184,23 @@ class GroupQueue:
         """Ids of the queued groups (a checkpoint's cursor re-issues them on resume)."""
         return [gid for gid, _ in self.items]
 
-    async def wait_for_room(self) -> None:
-        """Return once fewer than ``max_queued`` groups wait (a worker calls it before starting an attempt)."""
-        while len(self.items) >= self.max_queued:
-            self._taken.clear()
-            await self._taken.wait()
+    async def wait_for_room(self, scheduler: GroupScheduler) -> None:
+        """Return once ``scheduler`` may issue its next slot (a worker calls it before starting an attempt).
+
+        Attempts of an open group always may (holding them back would only delay groups already counted);
+        a new group may open while fewer than ``max_queued`` groups are queued or sampling.
+        """
+        while scheduler.opens_group() and len(self.items) + scheduler.open_groups >= self.max_queued:
+            self._changed.clear()
+            await self._changed.wait()
 
     def put(self, group_id: int, group: Group) -> None:
         self.items.append((group_id, group))
         self._added.set()
+
+    def closed_without_training(self) -> None:
+        """A group closed as zero-signal or lost: it no longer counts against the bound."""
+        self._changed.set()
 
     async def take(self, deadline: float | None) -> list[Group] | None:
         """The oldest ``groups_per_step`` groups once that many wait; None when ``deadline`` (loop time) passes first."""
@@ -191,5 +212,5 @@ class GroupQueue:
             except TimeoutError:
                 return None
         got, self.items = self.items[: self.groups_per_step], self.items[self.groups_per_step :]
-        self._taken.set()
+        self._changed.set()
         return [group for _, group in got]

@@ -158,6 +158,8 @@ async def settle_attempt(
         s.groups_lost += verdict.kind == "lost"
     if verdict.kind == "train":
         queue.put(slot.group_id, verdict.group)
+    else:
+        queue.closed_without_training()
 
 
 class LocalRuntime:
@@ -166,8 +168,8 @@ class LocalRuntime:
     Builders hand it built parts (STYLE.md 15): the trainer owns the policy being trained, ``engine``
     samples with its own copy, ``graders`` maps a task to its grader.
 
-    ``max_queued_groups`` bounds the complete groups waiting for the trainer (``groups.GroupQueue``): past
-    it, workers start no new attempt until the trainer takes a batch.
+    ``max_queued_groups`` bounds the groups queued for the trainer or still sampling (``groups.GroupQueue``):
+    past it, workers open no new group until the trainer takes a batch or a group closes.
     """
 
     def __init__(
@@ -229,7 +231,7 @@ class LocalRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            await self.queue.wait_for_room()
+            await self.queue.wait_for_room(self.scheduler)
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:

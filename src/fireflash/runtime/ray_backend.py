@@ -361,7 +361,7 @@ class RayRuntime:
         while True:
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            await self.queue.wait_for_room()
+            await self.queue.wait_for_room(self.scheduler)
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
