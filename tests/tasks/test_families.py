@@ -43,9 +43,28 @@ def test_generated_source_loads_and_is_reused(tmp_path, monkeypatch):
     mtime = first.stat().st_mtime_ns
     again, _ = load_tasks(["generated:2:5"])
     assert [t.id for t in again] == [t.id for t in tasks] and first.stat().st_mtime_ns == mtime  # not rewritten
-    for bad in ("generated:0", "generated:x", "generated:1:2:3"):
+    for bad in ("generated:0", "generated:x", "generated:1:x:tail-lines", "generated:1:2:3:4"):
         _, errors = load_tasks([bad])
         assert errors and "generated:N" in errors[0]
+
+
+@pytest.mark.unit
+def test_generated_source_filters_families_and_keeps_instance_ids(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path))
+    full, _ = load_tasks(["generated:2:5"])
+    some, errors = load_tasks(["generated:3:5:tail-lines, find-size"])
+    assert not errors and sorted(t.id for t in some) == [f"gen-{f}-{k}" for f in ("find-size", "tail-lines")
+                                                        for k in range(3)]
+    by_id = {t.id: t for t in full}
+    for t in some:  # instance k is the same task with or without a filter: probe results carry over
+        if t.id in by_id:
+            for rel in ("instruction.md", "solution/solve.sh", "tests/test_outputs.py"):
+                assert (t.path / rel).read_text() == (by_id[t.id].path / rel).read_text()
+    assert sum(t.id.endswith("-2") for t in some) == 2
+    _, errors = load_tasks(["generated:1:5:tail-lines,no-such-family"])
+    assert errors and "no-such-family" in errors[0] and "known:" in errors[0]
+    _, errors = load_tasks(["generated:1:5:"])
+    assert errors and "generated:N" in errors[0]
 
 
 @pytest.mark.unit

@@ -27,7 +27,7 @@ import hashlib
 import json
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -936,10 +936,27 @@ FAMILIES: tuple[Callable[[_Draw], TaskSpec], ...] = (
 )
 
 
-def generate(per_family: int, seed: int = 0) -> list[tuple[str, TaskSpec]]:
-    """``per_family`` instances of every family as ``(task id, spec)``; the same arguments give the same tasks."""
+def family_name(family: Callable[[_Draw], TaskSpec]) -> str:
+    """A family's name as task ids and ``task.toml`` carry it: ``find_size`` → ``find-size``."""
+    return family.__name__.replace("_", "-")
+
+
+def generate(per_family: int, seed: int = 0, families: Sequence[str] = ()) -> list[tuple[str, TaskSpec]]:
+    """``per_family`` instances of every family (or of the named ``families`` only) as ``(task id, spec)``;
+    the same arguments give the same tasks, and instance k of a family is the same whatever else is chosen.
+
+    Raises:
+        ValueError: a name in ``families`` is not a family.
+    """
+    known = {family_name(f) for f in FAMILIES}
+    unknown = sorted(set(families) - known)
+    if unknown:
+        raise ValueError(f"unknown task famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
     out = []
     for family in FAMILIES:
+        if families and family_name(family) not in families:
+            continue
         for k in range(per_family):
             spec = family(_Draw(random.Random(f"{seed}:{family.__name__}:{k}")))
             out.append((f"{ID_PREFIX}{spec.family}-{k}", spec))
@@ -1006,11 +1023,11 @@ def write_task(task_id: str, spec: TaskSpec, out_dir: Path) -> Path:
 MANIFEST = "generated.json"
 
 
-def write_tasks(per_family: int, out_dir: Path, seed: int = 0) -> list[Path]:
+def write_tasks(per_family: int, out_dir: Path, seed: int = 0, families: Sequence[str] = ()) -> list[Path]:
     """Generate and write the tasks once: reused while ``out_dir``'s manifest matches what would be written."""
+    pairs = generate(per_family, seed, families)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = out_dir / MANIFEST
-    pairs = generate(per_family, seed)
     digest = hashlib.sha256(json.dumps([(i, asdict(s)) for i, s in pairs], sort_keys=True).encode()).hexdigest()
     want = {"per_family": per_family, "seed": seed, "digest": digest}
     if manifest.is_file() and json.loads(manifest.read_text()) == want:

@@ -274,20 +274,34 @@ def _expand(spec: str | Path) -> list[Path]:
 
 
 def _generated(text: str) -> list[Path]:
-    """'generated:N' or 'generated:N:SEED' → N instances of every task family (tasks/families.py), written
-    once under the cache directory and reused."""
+    """'generated:N', 'generated:N:SEED' or 'generated:N:SEED:FAMILY,FAMILY,...' → N instances of every task
+    family (tasks/families.py), or of the named ones, written once under the cache directory and reused.
+    Instance k of a family is the same task whichever families are named, so a filtered source extends
+    an unfiltered one with the same seed (its first instances keep their ids and probe results)."""
+    import hashlib
+
     from fireflash.tasks.families import write_tasks
 
     parts = text.split(":")[1:]
-    ok = len(parts) in (1, 2) and all(p.isdigit() for p in parts) and int(parts[0]) > 0
-    _need(ok, f"{text}: expected 'generated:N' or 'generated:N:SEED' with N > 0 instances per family")
-    per_family, seed = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
-    return write_tasks(per_family, cache_root() / "generated" / f"n{per_family}-s{seed}", seed)
+    ok = len(parts) in (1, 2, 3) and all(p.isdigit() for p in parts[:2]) and int(parts[0]) > 0
+    families = sorted({f.strip() for f in parts[2].split(",") if f.strip()}) if len(parts) == 3 else []
+    ok = ok and (len(parts) < 3 or bool(families))
+    _need(ok, f"{text}: expected 'generated:N', 'generated:N:SEED' or 'generated:N:SEED:FAMILY,...' with N > 0 "
+              "instances per family")
+    per_family, seed = int(parts[0]), int(parts[1]) if len(parts) >= 2 else 0
+    name = f"n{per_family}-s{seed}"
+    if families:
+        name += "-f" + hashlib.sha256(",".join(families).encode()).hexdigest()[:12]
+    try:
+        return write_tasks(per_family, cache_root() / "generated" / name, seed, families)
+    except ValueError as e:  # an unknown family name
+        raise TaskLoadError(f"{text}: {e}") from None
 
 
 def load_tasks(paths: list[str | Path]) -> tuple[list[Task], list[str]]:
-    """Load every task under ``paths`` (task dirs, dirs of tasks, 'bundled:SPLIT', or 'generated:N[:SEED]',
-    N instances of each generated task family, ``fireflash.tasks.families``).
+    """Load every task under ``paths`` (task dirs, dirs of tasks, 'bundled:SPLIT', or
+    'generated:N[:SEED[:FAMILY,...]]', N instances of each (or each named) generated task family,
+    ``fireflash.tasks.families``).
 
     Returns:
         (tasks, errors): one error string per bad task or path; the good ones load regardless.
