@@ -278,8 +278,6 @@ def _generated(text: str) -> list[Path]:
     family (tasks/families.py), or of the named ones, written once under the cache directory and reused.
     Instance k of a family is the same task whichever families are named, so a filtered source extends
     an unfiltered one with the same seed (its first instances keep their ids and probe results)."""
-    import hashlib
-
     from fireflash.tasks.families import write_tasks
 
     parts = text.split(":")[1:]
