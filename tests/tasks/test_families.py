@@ -49,11 +49,21 @@ def test_generated_source_loads_and_is_reused(tmp_path, monkeypatch):
 
 
 @pytest.mark.unit
+def test_generated_sources_with_different_seeds_combine(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path))
+    tasks, errors = load_tasks(["generated:2:0:tail-lines", "generated:2:2:tail-lines", "generated:2:13:tail-lines"])
+    ids = [t.id for t in tasks]
+    assert not errors and len(set(ids)) == 6  # same family and index, three seeds: three different tasks
+    assert {"gen-tail-lines-0", "gen-tail-lines-s2-0", "gen-tail-lines-s13-1"} <= set(ids)
+    assert len({(t.path / "instruction.md").read_text() for t in tasks}) == 6
+
+
+@pytest.mark.unit
 def test_generated_source_filters_families_and_keeps_instance_ids(tmp_path, monkeypatch):
     monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path))
     full, _ = load_tasks(["generated:2:5"])
     some, errors = load_tasks(["generated:3:5:tail-lines, find-size"])
-    assert not errors and sorted(t.id for t in some) == [f"gen-{f}-{k}" for f in ("find-size", "tail-lines")
+    assert not errors and sorted(t.id for t in some) == [f"gen-{f}-s5-{k}" for f in ("find-size", "tail-lines")
                                                         for k in range(3)]
     by_id = {t.id: t for t in full}
     for t in some:  # instance k is the same task with or without a filter: probe results carry over

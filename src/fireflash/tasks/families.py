@@ -33,7 +33,7 @@ from pathlib import Path
 
 from fireflash.sft.augment import DIR_WORDS, FILE_STEMS
 
-ID_PREFIX = "gen-"  # generated task ids: gen-<family>-<index>
+ID_PREFIX = "gen-"  # generated task ids: gen-<family>-<index> (seed 0), gen-<family>-s<seed>-<index>
 _JUNIT_RUNNER = Path(__file__).resolve().parent.parent / "grading" / "junit_runner.py"
 WORDS = (
     "alpha", "amber", "anchor", "apple", "arrow", "basil", "beacon", "birch", "bridge", "cable", "canyon",
@@ -941,6 +941,12 @@ def family_name(family: Callable[[_Draw], TaskSpec]) -> str:
     return family.__name__.replace("_", "-")
 
 
+def task_id(family: str, index: int, seed: int = 0) -> str:
+    """The id of instance ``index`` of ``family`` drawn with ``seed``: ``gen-find-size-3`` for seed 0,
+    ``gen-find-size-s13-3`` otherwise, so sources with different seeds can be combined in one run."""
+    return f"{ID_PREFIX}{family}-{index}" if seed == 0 else f"{ID_PREFIX}{family}-s{seed}-{index}"
+
+
 def generate(per_family: int, seed: int = 0, families: Sequence[str] = ()) -> list[tuple[str, TaskSpec]]:
     """``per_family`` instances of every family (or of the named ``families`` only) as ``(task id, spec)``;
     the same arguments give the same tasks, and instance k of a family is the same whatever else is chosen.
@@ -959,7 +965,7 @@ def generate(per_family: int, seed: int = 0, families: Sequence[str] = ()) -> li
             continue
         for k in range(per_family):
             spec = family(_Draw(random.Random(f"{seed}:{family.__name__}:{k}")))
-            out.append((f"{ID_PREFIX}{spec.family}-{k}", spec))
+            out.append((task_id(spec.family, k, seed), spec))
     return out
 
 
