@@ -65,6 +65,8 @@ from fireflash.training.config import TrainerConfig
 from fireflash.training.trainer import Trainer, micro_batch_loss
 
 _LOSS_METHOD = "fireflash_micro_batch_loss"  # the FSDP2-registered forward method on the policy
+_LEFT_KEY = "fireflash/ranks_left"
+_STORE: dist.TCPStore | None = None  # this process's rendezvous store while it is in the trainer group
 
 
 # ───────────────────────────────────── process groups ─────────────────────────────────────
@@ -88,30 +90,43 @@ def init_trainer_group(
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} must lie in [0, world_size={world_size})")
+    global _STORE
     timeout = datetime.timedelta(seconds=timeout_sec)
-    init = f"tcp://{master_addr}:{master_port}"
+    # An explicit store (rank 0 hosts it) so leave_trainer_group can keep it up until every rank has left.
+    _STORE = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout)
     if torch.cuda.is_available():
         device = torch.device("cuda", rank if local_rank is None else local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group(
-            "cpu:gloo,cuda:nccl", init_method=init, rank=rank, world_size=world_size, timeout=timeout,
-            device_id=device,
+            "cpu:gloo,cuda:nccl", store=_STORE, rank=rank, world_size=world_size, timeout=timeout, device_id=device,
         )
         return device
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size, timeout=timeout)
+    dist.init_process_group("gloo", store=_STORE, rank=rank, world_size=world_size, timeout=timeout)
     return torch.device("cpu")
 
 
-def leave_trainer_group() -> None:
-    """Leave the default process group cleanly: wait for every rank, then destroy it.
+def leave_trainer_group(timeout_sec: float = 60.0) -> None:
+    """Leave the default process group cleanly: wait for every rank, destroy it, and on rank 0 keep the
+    rendezvous store up until every rank has finished destroying its group.
 
-    Why the barrier: a rank that tears its group down while a peer still works can take the rendezvous
-    store (hosted by rank 0) away from that peer, which then aborts in native code instead of raising.
-    Call it on every rank, after the last collective and the last write that others rely on.
+    Why: a rank that tears its group down while a peer still works can take the rendezvous store (hosted by
+    rank 0) away from that peer, which then aborts in native code ("terminate called without an active
+    exception") instead of raising. Call it on every rank, after the last collective and the last write that
+    others rely on. A peer that never reports back delays rank 0 by at most ``timeout_sec`` seconds.
     """
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    global _STORE
+    if not dist.is_initialized():
+        return
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    dist.destroy_process_group()
+    store, _STORE = _STORE, None
+    if store is None:  # joined by someone else's init_process_group: nothing of ours to keep up
+        return
+    store.add(_LEFT_KEY, 1)
+    deadline = time.monotonic() + timeout_sec
+    while rank == 0 and store.add(_LEFT_KEY, 0) < world_size and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def init_trainer_group_from_env(timeout_sec: float = 600.0) -> torch.device:
