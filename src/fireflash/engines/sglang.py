@@ -16,8 +16,12 @@ the local engine.
 
 Weight sync: an HF directory goes through ``/update_weights_from_disk``; a state dict goes through NCCL
 (``/init_weights_update_group`` once, then ``/update_weights_from_distributed`` while the trainer
-broadcasts), which needs a ``broadcast`` callable from the trainer side. ``weight_version`` is sent as a
+broadcasts), which needs a ``broadcast`` callable from the trainer side. ``receive_broadcast(specs, version)``
+is the server's half alone: with several servers in one group the trainer broadcasts once
+(``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
 string and read back from ``meta_info``.
+
+Serve the same API from a CPU engine (tests, CPU nodes): ``fireflash.engines.serve``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from fireflash.engines.http import (
     flags_from_args,
     wait_until_healthy,
 )
-from fireflash.engines.weights import Broadcast
+from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -199,18 +203,35 @@ class SGLangEngine:
                     "broadcast=... after init_weight_sync(...), or pass an HF directory saved by the trainer"
                 )
             named = list(weights.items())
-            body = {
-                "names": [n for n, _ in named],
-                "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in named],
-                "shapes": [list(t.shape) for _, t in named],
-                "group_name": self.group_name,
-                "weight_version": str(version),
-                "flush_cache": self.flush_cache,
-            }
             await asyncio.gather(
-                self._checked("/update_weights_from_distributed", body),
-                asyncio.to_thread(self.broadcast, named),
+                self.receive_broadcast(specs_of(named), version), asyncio.to_thread(self.broadcast, named)
             )
+        self._version = version
+
+    async def receive_broadcast(self, specs: Sequence[TensorSpec], version: int) -> None:
+        """The server's half of a collective update: it receives each tensor of ``specs``, in order, from group
+        rank 0 (``/update_weights_from_distributed``) and installs them as ``version``; returns once it has.
+
+        Someone else broadcasts meanwhile (the trainer's ``weight_sync.tensor_broadcaster(group)``, once for every
+        server of the group); ``init_weight_sync`` first. Sets ``weight_version``.
+
+        Raises:
+            EngineRequestError: the server refused (unknown group, bad specs, weights that do not fit).
+        """
+        names, dtypes, shapes = [], [], []
+        for name, dtype, shape in specs:
+            names.append(name)
+            dtypes.append(dtype)
+            shapes.append(list(shape))
+        body = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": self.group_name,
+            "weight_version": str(version),
+            "flush_cache": self.flush_cache,
+        }
+        await self._checked("/update_weights_from_distributed", body)
         self._version = version
 
     async def pause(self) -> None:

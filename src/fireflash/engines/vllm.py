@@ -16,7 +16,8 @@ the trainer cannot reproduce. vLLM may return K+1 candidates (the sampled one ad
 
 Weight transfer: ``/init_weight_transfer_engine`` once, then per update ``/start_weight_update``,
 ``/update_weights`` (while the trainer broadcasts over NCCL or IPC) and ``/finish_weight_update`` with
-the ``weight_version``. An HF directory is read and sent the same way.
+the ``weight_version``. An HF directory is read and sent the same way. ``receive_broadcast(specs, version)`` is
+the server's half alone, for a driver whose trainer broadcasts once to several servers.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import httpx
 import torch
 
 from fireflash.engines.http import EngineHTTPError, JSONClient, flags_from_args, wait_until_healthy
-from fireflash.engines.weights import Broadcast, read_weights
+from fireflash.engines.weights import Broadcast, TensorSpec, read_weights, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -194,17 +195,25 @@ class VLLMEngine:
                 "it with broadcast=... and call init_weight_sync(...) first"
             )
         named = list((read_weights(weights) if isinstance(weights, (str, Path)) else weights).items())
-        update_info = {
-            "names": [n for n, _ in named],
-            "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in named],
-            "shapes": [list(t.shape) for _, t in named],
-            "packed": self.packed,
-        }
-        await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
         await asyncio.gather(
-            self.http.post("/update_weights", {"update_info": update_info}),
-            asyncio.to_thread(self.broadcast, named),
+            self.receive_broadcast(specs_of(named), version), asyncio.to_thread(self.broadcast, named)
         )
+
+    async def receive_broadcast(self, specs: Sequence[TensorSpec], version: int) -> None:
+        """The server's half of a collective update: start → ``/update_weights`` for ``specs`` (the server
+        receives them while someone else broadcasts) → finish(weight_version); sets ``weight_version``.
+
+        Raises:
+            EngineRequestError / EngineHTTPError: the server refused or failed.
+        """
+        names, dtypes, shapes = [], [], []
+        for name, dtype, shape in specs:
+            names.append(name)
+            dtypes.append(dtype)
+            shapes.append(list(shape))
+        update_info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "packed": self.packed}
+        await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
+        await self.http.post("/update_weights", {"update_info": update_info})
         await self.http.post("/finish_weight_update", {"weight_version": str(version)})
         self._version = version
 

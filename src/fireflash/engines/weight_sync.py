@@ -37,23 +37,15 @@ import math
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from fireflash.engines.weights import Broadcast
+from fireflash.engines.weights import Broadcast, TensorSpec, specs_of  # TensorSpec: still importable from here
 from fireflash.protocols import Engine
 
 STOP_VERSION = -1  # header version that ends a receiver's serve loop
-
-
-class TensorSpec(NamedTuple):
-    """One tensor of an update: name, dtype name (e.g. 'float32'), shape."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
 
 
 def init_weight_update_group(
@@ -115,8 +107,7 @@ def plan_buckets(named: Sequence[tuple[str, torch.Tensor]], bucket_bytes: int) -
         raise ValueError(f"weight sync bucket_bytes={bucket_bytes} must be >= 1")
     buckets: list[list[TensorSpec]] = []
     size = 0
-    for name, t in named:
-        spec = TensorSpec(name, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+    for spec, (_, t) in zip(specs_of(named), named, strict=True):
         nbytes = t.numel() * t.element_size()
         if buckets and buckets[-1][0].dtype == spec.dtype and size + nbytes <= bucket_bytes:
             buckets[-1].append(spec)

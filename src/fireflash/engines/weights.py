@@ -1,15 +1,32 @@
-"""Reading trainer weights for an engine: a state dict, or an HF model directory of safetensors files."""
+"""Reading trainer weights for an engine: a state dict, or an HF model directory of safetensors files; the
+``TensorSpec`` list that tells a receiver what a weight broadcast will carry."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 Broadcast = Callable[[list[tuple[str, torch.Tensor]]], None]
 """Trainer-side weight sender for HTTP engines: sends each (name, tensor), in order, over the weight-update
 group (NCCL broadcast or IPC handles) while the server receives; blocking."""
+
+
+class TensorSpec(NamedTuple):
+    """One tensor of an update: name, dtype name (e.g. 'float32', as ``torch.float32`` without 'torch.'), shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def specs_of(named: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[TensorSpec]:
+    """The ``TensorSpec`` of each tensor, in order: what a receiver allocates before a broadcast of ``named``
+    (a state dict or (name, tensor) pairs). Reads only metadata: no copy, no device transfer."""
+    pairs = named.items() if isinstance(named, Mapping) else named
+    return [TensorSpec(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in pairs]
 
 
 class WeightUpdateError(ValueError):
