@@ -179,6 +179,15 @@ class SGLangEngine:
             },
         )
 
+    async def destroy_weight_sync(self) -> None:
+        """Ask the server to leave the weight-update group ``group_name`` (``/destroy_weights_update_group``), e.g.
+        before a new group is formed without a member that died.
+
+        Raises:
+            EngineRequestError: the server is not in that group.
+        """
+        await self._checked("/destroy_weights_update_group", {"group_name": self.group_name})
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
         """Install new weights tagged ``version``: a directory via disk, a state dict via NCCL.
 
@@ -275,10 +284,12 @@ def launch_sglang(
     args: Mapping[str, Any] | None = None,
     timeout_sec: float = 600.0,
     log_path: Path | None = None,
+    host: str = "127.0.0.1",
 ) -> subprocess.Popen:
     """Start an SGLang server and wait for ``/health``; the caller terminates the returned process.
 
     ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is removed from its environment so logprobs are post-temperature.
+    ``host``: the interface it listens on ('0.0.0.0': every interface; health is then asked on 127.0.0.1).
 
     Raises:
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
@@ -286,7 +297,8 @@ def launch_sglang(
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_RETURN_ORIGINAL_LOGPROB"}
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     process = subprocess.Popen(
-        sglang_command(model_path, port, args), env=env, stdout=log, stderr=subprocess.STDOUT
+        sglang_command(model_path, port, args, host), env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    wait_until_healthy(f"http://127.0.0.1:{port}", process, timeout_sec)
+    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
     return process
