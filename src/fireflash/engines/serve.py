@@ -1,0 +1,715 @@
+"""FireFlash's SGLang-compatible server: any in-process ``Engine`` behind SGLang's native HTTP API.
+
+Why: the Ray backend drives rollout engines that are servers and pushes new weights into them through a
+weight-update group (RECIPE.md §1). This server lets a CPU ``LocalEngine`` be such a server (in its own
+process or on another node), and lets CI test the whole server path with the real ``SGLangEngine`` client,
+weight sync over a real gloo group included.
+
+Run:
+
+    fireflash serve smollm2-135m --port 30000 [-c CONFIG] [engine.max_batch_size=8 ...]
+    python -m fireflash.engines.serve MODEL --port 30000 [max_batch_size=8 ...]    # EngineConfig fields
+    EngineServer(engine).start() → "http://127.0.0.1:PORT"                          # in process (tests, actors)
+
+The subset of SGLang's native API it implements, with exactly the shapes ``SGLangEngine`` sends and reads:
+
+    POST /generate                         one prompt as ``input_ids`` → output_ids, meta_info (finish_reason,
+                                           prompt/completion/cached tokens, weight_version, output_token_logprobs
+                                           [[lp, id, null]], output_top_logprobs [[[lp, id, null]]], e2e_latency)
+    GET  /health → {}                      GET /get_model_info → {"model_path", "weight_version", "is_generation"}
+    POST /update_weights_from_disk         an HF directory of safetensors, tagged weight_version
+    POST /init_weights_update_group        join a trainer's group as rank ``rank_offset`` (in a worker thread: the
+                                           call blocks until every member joins; /generate keeps being served)
+    POST /update_weights_from_distributed  receive each tensor, in order, by ``dist.broadcast(src=0)`` into
+                                           ``torch.empty(shape, dtype)``, as SGLang does, then install them
+    POST /destroy_weights_update_group     leave a group and forget it
+    POST /pause_generation, /continue_generation
+
+What it does not do: text prompts (no tokenizer: send ``input_ids``), batched requests (a list of prompts, or
+``n`` > 1: send one request per prompt), streaming, prompt logprobs (``logprob_start_len`` other than -1),
+sampling features FireFlash engines lack (top_k, min_p, penalties, stop strings, grammars: a non-neutral value
+is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal input. Weight failures answer
+400 ``{"success": false, "message"}`` as SGLang's do; a bad ``/generate`` body answers 400
+``{"detail": [{"loc": ["body", field...], "msg"}]}``, the field ``http.JSONClient`` names.
+
+Decisions where FireFlash engines differ from SGLang:
+
+* ``ignore_eos`` must be true and ``no_stop_trim`` true (SGLang's defaults are false, so clients must send them,
+  as ``SGLangEngine`` does): FireFlash engines stop only at ``stop_token_ids`` and always return the stop token.
+  Stopping at EOS is therefore the client's choice: put the EOS id in ``stop_token_ids``.
+* ``return_logprob`` false omits the logprob fields; ``output_top_logprobs`` rows are empty when
+  ``top_logprobs_num`` is 0. Logprobs are the engine's (log softmax(logits / T), before top-p).
+* Pause modes: 'abort', 'retract' and 'in_place' all map to ``engine.pause()``. A ``LocalEngine`` then stops
+  between steps and its running requests keep their KV cache; after ``/continue_generation`` they finish on the
+  weights they started with (stricter than SGLang's 'in_place'; nothing is aborted or retracted). So a caller
+  must not wait for in-flight requests to return between pause and continue.
+* Weight updates run pause → install → resume (``weight_sync.apply_between_turns``) unless the server was paused
+  by ``/pause_generation``; then they install and leave it paused. ``flush_cache`` is accepted and ignored (a
+  ``LocalEngine`` clears its prefix cache on every update); ``abort_all_requests: true`` is refused (nothing
+  is aborted). ``weight_version`` is required and must be an integer (FireFlash versions are integers).
+* One process can be a member of a group name only once (torch keys groups by name), so two servers in one
+  process cannot join the same group; different groups are fine. Run one server per process (a Ray actor or
+  ``launch_fireflash_server``) to put several servers in one group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from fireflash.engines.http import wait_until_healthy
+from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group
+from fireflash.protocols import Engine, GenerateRequest, SamplingParams
+
+# SGLang fields FireFlash engines cannot honour, accepted only at the value that switches them off (None too)
+_NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
+    "top_k": (-1,),
+    "min_p": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_new_tokens": (0,),
+    "n": (1,),
+    "stop": ("", []),
+    "spaces_between_special_tokens": (True, False),  # text only: there is no text
+}
+_NEUTRAL_TOP: dict[str, tuple[Any, ...]] = {
+    "stream": (False,),
+    "return_text_in_logprobs": (True, False),  # the text slot of each logprob entry is null either way
+    "return_hidden_states": (False,),
+}
+
+
+# ───────────────────────────── request bodies (SGLang's names) ─────────────────────────────
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Sampling(_Body):
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(128, ge=1)
+    stop_token_ids: list[int] | None = None
+    sampling_seed: int | None = None
+    ignore_eos: bool = False
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+
+
+class _Generate(_Body):
+    input_ids: list[int] = Field(min_length=1)
+    rid: str | None = None
+    sampling_params: _Sampling = Field(default_factory=_Sampling)
+    return_logprob: bool = False
+    top_logprobs_num: int = Field(0, ge=0)
+    logprob_start_len: int = -1
+
+
+class _DiskUpdate(_Body):
+    model_path: str
+    weight_version: str | int
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+
+
+class _InitGroup(_Body):
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    group_name: str = "weight_update_group"
+    backend: str = "nccl"
+
+
+class _DistributedUpdate(_Body):
+    names: list[str] = Field(min_length=1)
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = "weight_update_group"
+    weight_version: str | int
+    flush_cache: bool = True
+    load_format: None = None
+
+
+class _GroupName(_Body):
+    group_name: str = "weight_update_group"
+
+
+class _Pause(_Body):
+    mode: str = "abort"
+
+
+class _JSON(JSONResponse):
+    """JSON that keeps -inf logprobs (json.loads reads -Infinity back; Starlette's default refuses them)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=True, separators=(",", ":")).encode()
+
+
+class BadRequest(ValueError):
+    """A request body the server cannot serve; ``loc`` is the field path, e.g. ('sampling_params', 'top_k')."""
+
+    def __init__(self, loc: tuple[Any, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def _detail(loc: tuple[Any, ...], message: str, kind: str = "value_error") -> JSONResponse:
+    return _JSON({"detail": [{"loc": ["body", *loc], "msg": message, "type": kind}]}, status_code=400)
+
+
+def _refused(message: str) -> JSONResponse:
+    return _JSON({"success": False, "message": message}, status_code=400)
+
+
+def _check_neutral(extra: Mapping[str, Any] | None, neutral: Mapping[str, tuple[Any, ...]], where: tuple) -> None:
+    for key, value in (extra or {}).items():
+        if value is None or value is False or (key in neutral and value in neutral[key]):
+            continue
+        raise BadRequest((*where, key), f"{'.'.join(map(str, (*where, key)))} = {value!r} is not supported by "
+                                        "FireFlash's server (module docstring of fireflash.engines.serve)")
+
+
+def _parse_generate(body: Any) -> tuple[_Generate, GenerateRequest]:
+    """Validate a /generate body and map it to the engine's request.
+
+    Raises:
+        BadRequest / ValidationError: the field at fault.
+    """
+    if not isinstance(body, dict):
+        raise BadRequest((), "the body must be a JSON object")
+    if body.get("text") is not None:
+        raise BadRequest(("text",), "text prompts are not supported (no tokenizer): send input_ids")
+    ids = body.get("input_ids")
+    if isinstance(ids, list) and ids and isinstance(ids[0], list):
+        raise BadRequest(("input_ids",), "batched input_ids (a list of lists) are not supported: one request per prompt")
+    g = _Generate.model_validate(body)
+    _check_neutral({k: v for k, v in (g.model_extra or {}).items() if k != "text"}, _NEUTRAL_TOP, ())
+    sp = g.sampling_params
+    _check_neutral(sp.model_extra, _NEUTRAL_SAMPLING, ("sampling_params",))
+    if not sp.ignore_eos:
+        raise BadRequest(("sampling_params", "ignore_eos"), "FireFlash engines stop only at stop_token_ids: send "
+                         "ignore_eos: true (and the EOS id in stop_token_ids to stop there)")
+    if not sp.no_stop_trim:
+        raise BadRequest(("sampling_params", "no_stop_trim"), "FireFlash engines return the stop token: send "
+                         "no_stop_trim: true")
+    if g.logprob_start_len != -1:
+        raise BadRequest(("logprob_start_len",), "prompt logprobs are not supported: send logprob_start_len: -1")
+    params = SamplingParams(
+        temperature=sp.temperature,
+        top_p=sp.top_p,
+        max_new_tokens=sp.max_new_tokens,
+        stop_token_ids=sp.stop_token_ids or [],
+        n_top_logprobs=g.top_logprobs_num,
+        seed=sp.sampling_seed,
+    )
+    rid = g.rid if g.rid is not None else uuid.uuid4().hex
+    return g, GenerateRequest(request_id=rid, prompt_ids=g.input_ids, params=params)
+
+
+def _version(value: str | int) -> int:
+    text = str(value).strip()
+    if not text.lstrip("-").isdigit():
+        raise BadRequest(("weight_version",), f"weight_version {value!r} must be an integer (FireFlash versions are)")
+    return int(text)
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+    """Run blocking ``fn(*args)`` in a fresh daemon thread (a rendezvous or collective can block for minutes: it
+    must neither hold an executor thread nor keep the process alive at exit)."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = fn(*args), True
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, ok = e, False
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=work, name=f"fireflash-serve-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    return fut
+
+
+def _receive(specs: list[tuple[str, torch.dtype, tuple[int, ...]]], group: Any, device: str) -> dict[str, torch.Tensor]:
+    """Each tensor, in order, from group rank 0 (SGLang's ``update_weights_from_distributed``)."""
+    state, works = {}, []
+    for name, dtype, shape in specs:
+        state[name] = torch.empty(shape, dtype=dtype, device=device)
+        works.append(dist.broadcast(state[name], src=0, group=group, async_op=True))
+    for work in works:
+        work.wait()
+    return state
+
+
+class _Groups:
+    """Weight-update groups this server belongs to, by name; one receive or destroy at a time per group."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, tuple[Any, str]] = {}  # name → (process group, backend)
+        self.joining: set[str] = set()
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def check_free(self, name: str) -> None:
+        from torch.distributed.distributed_c10d import _world
+
+        if name in self.groups or name in self.joining:
+            raise BadRequest(("group_name",), f"this server already is (or is becoming) a member of group {name!r}: "
+                             "destroy it first (/destroy_weights_update_group) or use another name")
+        if name in _world.pg_names.values():
+            raise BadRequest(("group_name",), f"this process already holds a group named {name!r} (another server "
+                             "in the same process?): one process can join a group name once")
+
+    def get(self, name: str) -> tuple[Any, str]:
+        if name not in self.groups:
+            raise BadRequest(("group_name",), f"unknown weight-update group {name!r} (this server's groups: "
+                             f"{sorted(self.groups)}); call /init_weights_update_group first")
+        return self.groups[name]
+
+    def lock(self, name: str) -> asyncio.Lock:
+        return self.locks.setdefault(name, asyncio.Lock())
+
+
+class _Service:
+    """What the routes share: the engine, its groups, whether a client paused it."""
+
+    def __init__(self, engine: Engine, model_path: str, weight_sync_timeout_sec: float) -> None:
+        self.engine, self.model_path, self.timeout_sec = engine, model_path, weight_sync_timeout_sec
+        self.groups = _Groups()
+        self.paused = False
+        self.install_lock = asyncio.Lock()  # one installation at a time (a Lock binds to a loop on first use)
+
+    async def install(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
+        async with self.install_lock:
+            if self.paused:  # a client paused the engine: keep it paused until /continue_generation
+                await self.engine.update_weights(weights, version)
+            else:
+                await apply_between_turns(self.engine, weights, version)
+
+    async def close(self) -> None:
+        """Leave every group, then close the engine if it has ``close``."""
+        for name in list(self.groups.groups):
+            group, _ = self.groups.groups.pop(name)
+            dist.destroy_process_group(group)
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            await close()
+
+
+async def _json(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        return await request.json()
+    except ValueError as e:
+        raise BadRequest((), f"the body is not JSON: {e}") from None
+
+
+def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: float = 300.0) -> Starlette:
+    """A Starlette app serving ``engine`` through SGLang's native API (module docstring for the subset).
+
+    Run it on the event loop the engine's coroutines may use (``EngineServer`` does); concurrent /generate
+    requests reach ``engine.generate`` concurrently, and the engine batches them.
+
+    Args:
+        engine: any ``protocols.Engine`` (``LocalEngine``; ``ScriptedEngine`` in tests).
+        model_path: reported by /get_model_info.
+        weight_sync_timeout_sec: a group member that does not join, or a broadcast that stalls, fails after this
+            many seconds (the request then answers 400).
+    """
+    service = _Service(engine, model_path, weight_sync_timeout_sec)
+
+    async def generate(request: Request) -> JSONResponse:
+        start = time.perf_counter()
+        try:
+            g, req = _parse_generate(await _json(request))
+        except BadRequest as e:
+            return _detail(e.loc, str(e))
+        except ValidationError as e:
+            err = e.errors()[0]
+            return _detail(tuple(err["loc"]), err["msg"], err["type"])
+        try:
+            (res,) = await engine.generate([req])
+        except ValueError as e:  # LocalEngine: empty prompt, id outside the vocabulary, prompt too long
+            return _detail(("input_ids",), str(e))
+        except Exception as e:  # noqa: BLE001 - the client gets the engine's reason, not a bare 500
+            from fireflash.engines.local import EngineClosed
+
+            status = 503 if isinstance(e, EngineClosed) else 500
+            return _JSON({"error": {"message": f"{type(e).__name__}: {e}"}}, status_code=status)
+        n = len(res.token_ids)
+        finish: dict[str, Any] = {"type": res.finish_reason}
+        if res.finish_reason == "stop" and n:
+            finish["matched"] = res.token_ids[-1]
+        elif res.finish_reason == "length":
+            finish["length"] = n
+        else:
+            finish["message"] = "aborted by the engine"
+        meta: dict[str, Any] = {
+            "id": req.request_id,
+            "finish_reason": finish,
+            "prompt_tokens": len(req.prompt_ids),
+            "completion_tokens": n,
+            "cached_tokens": res.n_cached_prompt_tokens,
+            "weight_version": str(res.weight_version),
+        }
+        if g.return_logprob:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(res.logprobs, res.token_ids, strict=True)]
+            meta["output_top_logprobs"] = [
+                [[lp, t, None] for lp, t in zip(lps, ids, strict=True)]
+                for lps, ids in zip(res.topk_logprobs, res.topk_ids, strict=True)
+            ] if g.top_logprobs_num else [[] for _ in range(n)]
+        meta["e2e_latency"] = time.perf_counter() - start
+        return _JSON({"text": "", "output_ids": res.token_ids, "meta_info": meta})
+
+    async def health(_: Request) -> JSONResponse:
+        return _JSON({})
+
+    async def model_info(_: Request) -> JSONResponse:
+        return _JSON(
+            {"model_path": service.model_path, "weight_version": str(engine.weight_version), "is_generation": True}
+        )
+
+    def weight_route(schema: type[_Body], handle: Callable[[Any], Awaitable[str]]) -> Callable:
+        """A weight route: validate ``schema``, run ``handle`` → message; every failure answers 400
+        ``{"success": false, "message"}`` (SGLang's shape; a 5xx would make the client retry a collective)."""
+
+        async def route(request: Request) -> JSONResponse:
+            try:
+                body = schema.model_validate(await _json(request))
+                message = await handle(body)
+            except ValidationError as e:
+                err = e.errors()[0]
+                return _refused(f"{'.'.join(map(str, err['loc']))}: {err['msg']}")
+            except Exception as e:  # noqa: BLE001 - reported to the client, as SGLang does
+                return _refused(f"{type(e).__name__}: {e}")
+            return _JSON({"success": True, "message": message, "num_paused_requests": 0})
+
+        return route
+
+    async def update_from_disk(body: _DiskUpdate) -> str:
+        version = _version(body.weight_version)
+        if body.abort_all_requests:
+            raise BadRequest(("abort_all_requests",), "abort_all_requests is not supported: in-flight requests "
+                             "finish on the weights they started with")
+        path = Path(body.model_path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"model_path {str(path)!r} is not a directory on the server")
+        await service.install(path, version)
+        return f"Succeeded to update model weights (version {version})."
+
+    async def init_group(body: _InitGroup) -> str:
+        name = body.group_name
+        service.groups.check_free(name)
+        service.groups.joining.add(name)
+        try:
+            group = await _in_thread(
+                init_weight_update_group, body.master_address, body.master_port, body.rank_offset, body.world_size,
+                body.backend, name, service.timeout_sec,
+            )
+        finally:
+            service.groups.joining.discard(name)
+        service.groups.groups[name] = (group, body.backend)
+        return f"Joined weight-update group {name!r} as rank {body.rank_offset} of {body.world_size}."
+
+    async def update_from_distributed(body: _DistributedUpdate) -> str:
+        version = _version(body.weight_version)
+        group, backend = service.groups.get(body.group_name)
+        if not len(body.names) == len(body.dtypes) == len(body.shapes):
+            raise BadRequest(("names",), f"names, dtypes and shapes differ in length ({len(body.names)}, "
+                             f"{len(body.dtypes)}, {len(body.shapes)})")
+        specs = []
+        for name, dtype_name, shape in zip(body.names, body.dtypes, body.shapes, strict=True):
+            dtype = getattr(torch, dtype_name, None)
+            if not isinstance(dtype, torch.dtype) or any(d < 0 for d in shape):
+                raise BadRequest(("dtypes",), f"{name}: dtype {dtype_name!r} / shape {shape} is not a torch tensor's")
+            specs.append((name, dtype, tuple(shape)))
+        async with service.groups.lock(body.group_name):
+            state = await _in_thread(_receive, specs, group, "cuda" if backend == "nccl" else "cpu")
+        await service.install(state, version)
+        n_bytes = sum(math.prod(s) * d.itemsize for _, d, s in specs)
+        return f"Received {len(specs)} tensors ({n_bytes / 2**20:.1f} MiB) over {body.group_name!r}; version {version}."
+
+    async def destroy_group(body: _GroupName) -> str:
+        group, _ = service.groups.get(body.group_name)
+        async with service.groups.lock(body.group_name):
+            await _in_thread(dist.destroy_process_group, group)
+            del service.groups.groups[body.group_name]
+        return f"Left weight-update group {body.group_name!r}."
+
+    async def pause(request: Request) -> JSONResponse:
+        try:
+            mode = _Pause.model_validate(await _json(request)).mode
+        except (BadRequest, ValidationError) as e:
+            return _detail(("mode",), str(e))
+        if mode not in ("abort", "retract", "in_place"):
+            return _detail(("mode",), f"mode {mode!r}: SGLang accepts 'abort', 'retract' or 'in_place'")
+        await engine.pause()  # every mode: running requests keep their KV and finish after continue
+        service.paused = True
+        return _JSON({"message": "Generation paused successfully."})
+
+    async def resume(_: Request) -> JSONResponse:
+        await engine.resume()
+        service.paused = False
+        return _JSON({"message": "Generation continued successfully."})
+
+    app = Starlette(
+        routes=[
+            Route("/generate", generate, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/get_model_info", model_info, methods=["GET"]),
+            Route("/update_weights_from_disk", weight_route(_DiskUpdate, update_from_disk), methods=["POST"]),
+            Route("/init_weights_update_group", weight_route(_InitGroup, init_group), methods=["POST"]),
+            Route(
+                "/update_weights_from_distributed",
+                weight_route(_DistributedUpdate, update_from_distributed),
+                methods=["POST"],
+            ),
+            Route("/destroy_weights_update_group", weight_route(_GroupName, destroy_group), methods=["POST"]),
+            Route("/pause_generation", pause, methods=["POST"]),
+            Route("/continue_generation", resume, methods=["POST"]),
+        ]
+    )
+    app.state.service = service
+    return app
+
+
+class EngineServer:
+    """``build_app(engine)`` under uvicorn in a background thread with its own event loop (the engine's
+    coroutines run on that loop). Usable inside a Ray actor: it installs no signal handlers.
+
+    Args:
+        engine: any ``protocols.Engine``; the server owns it from ``start()`` on (``close()`` closes it).
+        host: interface to listen on ('0.0.0.0' for every interface).
+        port: TCP port; 0 picks a free one (``url`` reports it).
+        model_path: reported by /get_model_info.
+        weight_sync_timeout_sec: see ``build_app``.
+        log_level: uvicorn's ('warning' keeps the access log quiet).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_path: str = "",
+        *,
+        weight_sync_timeout_sec: float = 300.0,
+        log_level: str = "warning",
+    ) -> None:
+        self.engine, self.host, self.port = engine, host, port
+        self.app = build_app(engine, model_path=model_path, weight_sync_timeout_sec=weight_sync_timeout_sec)
+        self.log_level = log_level
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: BaseException | None = None
+
+    def start(self, timeout_sec: float = 30.0) -> str:
+        """Listen, and return the base URL once connections are accepted (127.0.0.1 stands for 0.0.0.0).
+
+        Raises:
+            OSError: the port is taken.
+            RuntimeError: already started, or uvicorn did not come up within ``timeout_sec`` seconds.
+        """
+        import uvicorn
+
+        if self._thread is not None:
+            raise RuntimeError("EngineServer.start called twice; build another server")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_level=self.log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, args=(sock,), name="fireflash-serve", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_sec
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"EngineServer on {self.host}:{self.port} did not start: {self._failure!r}")
+            time.sleep(0.01)
+        shown = "127.0.0.1" if self.host in ("0.0.0.0", "") else f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{shown}:{self.port}"
+        return self.url
+
+    def _run(self, sock: socket.socket) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._server.serve(sockets=[sock]))
+        except BaseException as e:  # noqa: BLE001 - start() reports it
+            self._failure = e
+        finally:
+            self._loop.close()
+            sock.close()
+
+    def alive(self) -> bool:
+        """Whether the server thread still runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self, timeout_sec: float = 30.0) -> None:
+        """Leave every weight-update group, close the engine (its running requests end with 'abort'), stop uvicorn."""
+        if self._thread is None or not self._thread.is_alive() or self._loop is None:
+            return
+        service: _Service = self.app.state.service
+        try:
+            asyncio.run_coroutine_threadsafe(service.close(), self._loop).result(timeout_sec)
+        finally:
+            self._server.should_exit = True
+            self._thread.join(timeout_sec)
+
+
+# ───────────────────────────── running it as a process ─────────────────────────────
+
+
+def serve_forever(
+    cfg: Any, model: str, host: str, port: int, cache_dir: str | None = None, weight_sync_timeout_sec: float = 300.0
+) -> None:
+    """Build the local engine ``cfg`` (an ``EngineConfig``; its kind is taken as 'local') describes over ``model``
+    and serve it until SIGINT / SIGTERM. Prints one line with the URL once it listens.
+
+    Raises:
+        fireflash.models.ModelNotFound: ``model`` is neither embedded nor a directory.
+        OSError: the port is taken.
+    """
+    from fireflash.engines import make_engine
+
+    engine = make_engine(cfg.model_copy(update={"kind": "local"}), model, cache_dir=cache_dir)
+    server = EngineServer(engine, host, port, model_path=model, weight_sync_timeout_sec=weight_sync_timeout_sec,
+                          log_level="info")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    url = server.start()
+    print(f"fireflash serve: {model} on {url} (pid {os.getpid()})", flush=True)
+    while not stop.wait(1.0) and server.alive():
+        pass
+    server.close()
+
+
+def fireflash_server_command(
+    model_path: str,
+    port: int,
+    args: Mapping[str, Any] | None = None,
+    host: str = "127.0.0.1",
+    weight_sync_timeout_sec: float = 300.0,
+) -> list[str]:
+    """``python -m fireflash.engines.serve`` with ``args`` as ``EngineConfig`` overrides of the served local engine,
+    e.g. ``{"max_batch_size": 8, "num_threads": 2}`` → ``max_batch_size=8 num_threads=2`` (None values omitted).
+
+    Raises:
+        TypeError: a dict value (no engine field of the local engine takes one).
+    """
+    overrides = []
+    for key, value in (args or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            raise TypeError(f"fireflash server arg {key}={value!r}: dict values are not engine settings")
+        overrides.append(f"{key}={json.dumps(value)}")  # a JSON scalar or list is a TOML literal too
+    return [
+        sys.executable, "-m", "fireflash.engines.serve", model_path, "--host", host, "--port", str(port),
+        "--weight-sync-timeout-sec", str(weight_sync_timeout_sec), *overrides,
+    ]
+
+
+def launch_fireflash_server(
+    model_path: str,
+    port: int = 30000,
+    args: Mapping[str, Any] | None = None,
+    timeout_sec: float = 600.0,
+    log_path: Path | None = None,
+    host: str = "127.0.0.1",
+    weight_sync_timeout_sec: float = 300.0,
+) -> subprocess.Popen:
+    """Start FireFlash's server in a child process and wait for ``/health`` (mirrors ``launch_sglang``); the caller
+    terminates the returned process (SIGTERM closes it cleanly).
+
+    Args:
+        model_path: embedded model name or HF directory.
+        port: TCP port to listen on.
+        args: ``EngineConfig`` fields for the served local engine (``fireflash_server_command``).
+        timeout_sec: how long to wait for health, seconds (loading the model is most of it).
+        log_path: the child's stdout and stderr; None discards them.
+        host: interface to listen on ('0.0.0.0' for every interface; health is then asked on 127.0.0.1).
+        weight_sync_timeout_sec: see ``build_app``.
+
+    Raises:
+        EngineHTTPError: the server exited or did not become healthy in time (see its log).
+    """
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    command = fireflash_server_command(model_path, port, args, host, weight_sync_timeout_sec)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    try:
+        wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m fireflash.engines.serve MODEL [--host H] [--port P] [FIELD=VALUE ...]`` (EngineConfig fields)."""
+    from fireflash.config import ConfigError, parse_override
+    from fireflash.engines.config import EngineConfig
+
+    parser = argparse.ArgumentParser(prog="python -m fireflash.engines.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("model", help="embedded model name or HF directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--weight-sync-timeout-sec", type=float, default=300.0)
+    parser.add_argument("--cache-dir", default=None, help="cache root for embedded models")
+    parser.add_argument("overrides", nargs="*", help="EngineConfig fields, e.g. max_batch_size=8")
+    ns = parser.parse_intermixed_args(argv)
+    try:
+        fields = {}
+        for text in ns.overrides:
+            keys, value = parse_override(text)
+            fields[".".join(keys).removeprefix("engine.")] = value
+        cfg = EngineConfig.model_validate(fields)
+    except (ConfigError, ValidationError) as e:
+        parser.exit(2, f"fireflash serve: bad engine settings: {e}\n")
+    from fireflash.models import ModelNotFound
+
+    try:
+        serve_forever(cfg, ns.model, ns.host, ns.port, ns.cache_dir, ns.weight_sync_timeout_sec)
+    except (ModelNotFound, OSError) as e:
+        parser.exit(2, f"fireflash serve: {type(e).__name__}: {e}\n")
+
+
+if __name__ == "__main__":
+    main()
