@@ -9,6 +9,7 @@
     fireflash doctor                         is this host ready? (each failure names its fix)
     fireflash config show [-c C] [a.b=v...]  the resolved config tree as TOML
     fireflash model warm [NAME]              cache the embedded model once (~40 s first time)
+    fireflash serve MODEL [-c C] [a.b=v...]  a local engine behind SGLang's HTTP API (engines/serve.py)
 """
 
 from __future__ import annotations
@@ -130,6 +131,29 @@ def model_warm(name: str = typer.Argument("smollm2-135m", help="Embedded name or
         console.print(f"[red]{e}[/]")
         raise typer.Exit(1) from None
     console.print(f"{name} → {path} ({time.perf_counter() - start:.1f} s)")
+
+
+@app.command()
+def serve(
+    model: str = typer.Argument(..., help="Embedded model name or HF directory."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(30000, help="TCP port."),
+    weight_sync_timeout_sec: float = typer.Option(
+        300.0, help="A weight-update group member that does not join, or a stalled broadcast, fails after this long."
+    ),
+    config: Path | None = ConfigOpt,
+    overrides: list[str] | None = OverridesArg,
+) -> None:
+    """Serve the config's engine section as a local engine through SGLang's native HTTP API until Ctrl-C."""
+    cfg = resolve_config(config, overrides)
+    from fireflash.engines.serve import serve_forever
+    from fireflash.models import ModelNotFound
+
+    try:
+        serve_forever(cfg.engine, model, host, port, cfg.model.cache_dir, weight_sync_timeout_sec)
+    except (ModelNotFound, OSError) as e:
+        typer.echo(f"{type(e).__name__}: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def main() -> None:
