@@ -42,7 +42,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fireflash.engines.weights import Broadcast, TensorSpec, specs_of  # TensorSpec: still importable from here
+# TensorSpec and specs_of live in weights; TensorSpec stays importable from here
+from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
 from fireflash.protocols import Engine
 
 STOP_VERSION = -1  # header version that ends a receiver's serve loop
