@@ -266,6 +266,17 @@ def test_paused_server_stays_paused_through_an_update(tmp_path):
     _same(results, _fresh(_weights(4)))
 
 
+def test_fireflash_serve_reports_a_missing_model_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from fireflash.cli import app
+
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "nope"), "--port", "0", "engine.num_threads=1"])
+    assert result.exit_code == 2 and "ModelNotFound" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "nope"), "engine.max_batch_size=0"])
+    assert result.exit_code == 2 and "engine.max_batch_size" in result.output
+
+
 # ───────────────────────────── collective updates over gloo ─────────────────────────────
 
 
@@ -290,9 +301,10 @@ def _trainer(rank, world_size, _spawn_port, phases, out):
         torch.distributed.destroy_process_group(group)
 
 
-def test_collective_updates_match_fresh_copies_and_groups_can_be_replaced(tmp_path):
+def test_collective_updates_match_fresh_copies_and_groups_can_be_replaced(tok, tmp_path):
     """A trainer process joins as rank 0 while the client asks the server to join (the server keeps generating
-    meanwhile); two broadcasts, two versions; /destroy, then a new group with the same name works."""
+    meanwhile); two broadcasts, two versions; /destroy, then a new group with the same name works. Joining a group
+    twice, or from a second server in the same process, is refused before any rendezvous."""
     specs = specs_of(_weights(0))
     ports = [free_port(), free_port()]
     phases = [(ports[0], 2, [11, 12]), (ports[1], 2, [13])]
@@ -306,6 +318,12 @@ def test_collective_updates_match_fresh_copies_and_groups_can_be_replaced(tmp_pa
         joined_early = joining.done()
         (tmp_path / "go-0").touch()
         await joining
+        with pytest.raises(EngineRequestError, match="already is .* a member of group"):
+            await client.init_weight_sync("127.0.0.1", ports[0], world_size=2, backend="gloo")
+        with _served(ScriptedEngine(tok)) as neighbour:  # torch keys groups by name: once per process
+            neighbour_client = SGLangEngine(neighbour.url)
+            with pytest.raises(EngineRequestError, match="one process can join a group name once"):
+                await neighbour_client.init_weight_sync("127.0.0.1", ports[0], world_size=2, backend="gloo")
         record = {0: during}
         for version in (1, 2):
             await client.receive_broadcast(specs, version)
