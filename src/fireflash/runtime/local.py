@@ -40,11 +40,10 @@ from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
 
 
-class MeteredEngine:
-    """An ``Engine`` proxy that measures busy time (at least one request in flight), seconds."""
+class BusyMeter:
+    """Seconds during which at least one request was in flight, over any engines that share this meter."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self) -> None:
         self._closed_busy_sec = 0.0  # busy periods that have ended
         self._inflight = 0
         self._since = 0.0
@@ -55,20 +54,42 @@ class MeteredEngine:
         open_sec = time.perf_counter() - self._since if self._inflight else 0.0
         return self._closed_busy_sec + open_sec
 
+    def start(self) -> None:
+        if self._inflight == 0:
+            self._since = time.perf_counter()
+        self._inflight += 1
+
+    def stop(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._closed_busy_sec += time.perf_counter() - self._since
+
+
+class MeteredEngine:
+    """An ``Engine`` proxy that measures busy time (at least one request in flight), seconds.
+
+    ``meter``: share one with other proxies (a rollout worker calling several engine servers) to measure the
+    time any of them had a request from this worker; None gives this proxy its own.
+    """
+
+    def __init__(self, engine: Engine, meter: BusyMeter | None = None) -> None:
+        self.engine = engine
+        self.meter = meter if meter is not None else BusyMeter()
+
+    @property
+    def busy_sec(self) -> float:
+        return self.meter.busy_sec
+
     @property
     def weight_version(self) -> int:
         return self.engine.weight_version
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
-        if self._inflight == 0:
-            self._since = time.perf_counter()
-        self._inflight += 1
+        self.meter.start()
         try:
             return await self.engine.generate(requests)
         finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._closed_busy_sec += time.perf_counter() - self._since
+            self.meter.stop()
 
     async def update_weights(self, weights: Mapping[str, Any] | Path, version: int) -> None:
         await self.engine.update_weights(weights, version)
