@@ -56,6 +56,21 @@ def test_local_engines_live_in_rollout_workers():
     assert "object store" in p.describe()[-1]
 
 
+def test_engine_servers_take_weights_by_collective_or_disk():
+    p = plan_placement(RayConfig(num_nodes=8, gpus_per_node=8), EngineConfig(kind="sglang", args={"tp-size": 8}), 64)
+    assert "one broadcast through a weight-update group (NCCL, 8 rank(s) per server)" in p.describe()[-1]
+    cpu = plan_placement(RayConfig(num_engines=3, num_cpus_per_engine=2), EngineConfig(kind="sglang", weight_sync="disk"), 8)
+    assert (cpu.engines, cpu.gpus_per_engine, cpu.cpus_per_engine, cpu.engines_in_workers) == (3, 0, 2.0, False)
+    assert "HF directory each server loads" in cpu.describe()[-1]
+    gloo = plan_placement(RayConfig(), EngineConfig(kind="sglang"), 8)
+    assert gloo.engines == 1 and "(gloo, 1 rank(s) per server)" in gloo.describe()[-1]
+
+
+def test_vllm_servers_are_refused_on_ray_with_the_reason():
+    with pytest.raises(PlacementError, match="vLLM takes new weights only through its own trainer-side communicator"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm"), 16)
+
+
 def test_more_rollout_workers_than_attempts_is_a_config_error():
     with pytest.raises(ConfigError, match="num_rollout_workers \\(8\\) > runtime.max_inflight_attempts \\(4\\)"):
         load_config(None, ["runtime.backend=ray", "runtime.ray.num_rollout_workers=8",

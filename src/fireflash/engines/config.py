@@ -12,7 +12,24 @@ class EngineConfig(BaseModel):
         "local",
         description="'local' (transformers, in process), 'sglang' / 'vllm' (HTTP servers), 'scripted' (tests).",
     )
-    url: str | None = Field(None, description="Server base URL for sglang/vllm, e.g. http://127.0.0.1:30000.")
+    url: str | None = Field(
+        None, description="Server base URL for sglang/vllm, e.g. http://127.0.0.1:30000. On the Ray backend: None "
+        "launches runtime.ray's engine servers (and restarts them); a URL uses that one server as it is."
+    )
+    server: Literal["native", "fireflash"] = Field(
+        "native", description="The server FireFlash launches for engine.kind = 'sglang' on the Ray backend: 'native' "
+        "= SGLang itself (engine.args are its flags); 'fireflash' = FireFlash's SGLang-compatible server over the local "
+        "transformers engine (CPU nodes; engines/serve.py)."
+    )
+    weight_sync: Literal["collective", "disk"] = Field(
+        "collective", description="How new weights reach engine servers after each step: 'collective' (one broadcast "
+        "from trainer rank 0 through a weight-update group, NCCL on GPUs / gloo on CPU) or 'disk' (an HF directory "
+        "under the run directory that each server loads; it must be on storage every node sees)."
+    )
+    weight_sync_timeout_sec: float = Field(
+        300.0, gt=0, description="A server that does not join the weight-update group, or a transfer that stalls, "
+        "fails after this many seconds (the server is then dropped and recovered)."
+    )
     max_batch_size: int = Field(
         16, ge=1, description="Concurrent sequences decoded together by the local engine."
     )

@@ -36,6 +36,10 @@ class RayConfig(BaseModel):
         None, ge=1, description="GPUs per rollout engine; None: the engine's tensor-parallel size from engine.args "
         "(tp-size / tensor-parallel-size), else 1."
     )
+    num_engines: int | None = Field(
+        None, ge=1, description="CPU-only runs (gpus_per_node = 0) with engine servers: how many to launch; None: 1. "
+        "With GPUs the count follows from the GPU split and gpus_per_engine."
+    )
     num_rollout_workers: int = Field(
         1, ge=1, description="Rollout worker actors; each runs its share of max_inflight_attempts (fork sandbox → "
         "harness → grade) and holds (local engine) or calls (server engine) one engine."
@@ -45,9 +49,13 @@ class RayConfig(BaseModel):
         description="Ray CPUs reserved by each rollout worker (sandboxes, graders, a local engine's threads).",
     )
     num_cpus_per_trainer_worker: float = Field(1.0, gt=0, description="Ray CPUs reserved by each trainer worker.")
+    num_cpus_per_engine: float = Field(
+        1.0, gt=0, description="Ray CPUs reserved by each engine server's actor (engine.kind = 'sglang'; the server "
+        "process runs inside its reservation)."
+    )
     max_worker_restarts: int = Field(
-        3, ge=0, description="Times Ray restarts a dead rollout worker; its in-flight attempts are retried "
-        "(runtime.max_attempt_retries) or counted as lost."
+        3, ge=0, description="Times Ray restarts a dead rollout worker or engine server; its in-flight attempts are "
+        "retried (runtime.max_attempt_retries) or counted as lost."
     )
     worker_start_timeout_sec: float = Field(
         300.0, gt=0, description="Seconds to wait for a (re)started actor to answer before it counts as dead."

@@ -90,7 +90,18 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         load_policy(str(start_dir)), tokenizer, cfg.training, cfg.rl, temperature=cfg.harness.sampling.temperature
     )
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
+    if cfg.engine.kind == "vllm":
+        raise ValueError(
+            "engine.kind = 'vllm': fireflash train cannot push weights to a vLLM server yet (vLLM takes them only "
+            "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local'"
+        )
     engine = make_engine(cfg.engine, str(start_dir))
+    if cfg.engine.kind == "sglang":  # a server: new weights reach it through a weight-update group or a directory
+        from fireflash.runtime.servers import connect_local_trainer
+
+        engine = await connect_local_trainer(
+            engine, trainer, cfg.engine.weight_sync, run_dir / "weights", cfg.engine.weight_sync_timeout_sec
+        )
     if trainer.weight_version:
         await engine.update_weights(trainer.state_dict(), trainer.weight_version)
     backend = make_backend(cfg.sandbox)
@@ -133,18 +144,24 @@ async def _train_ray(
     """The Ray backend: actors build the engine, sandboxes and trainer themselves from flat arguments."""
     from functools import partial
 
-    from fireflash.runtime.placement import PlacementError, plan_placement
+    from fireflash.runtime.placement import plan_placement
     from fireflash.runtime.ray_actors import build_rollout_parts, build_trainer
     from fireflash.runtime.ray_backend import RayRuntime, RayUnavailable
     from fireflash.runtime.tracking import MetricsWriter
 
     rt = cfg.runtime
     placement = plan_placement(rt.ray, cfg.engine, rt.max_inflight_attempts)
-    if not placement.engines_in_workers:
-        raise PlacementError(
-            f"runtime.backend = 'ray' publishes weights through the object store to in-process engines; "
-            f"engine.kind = {cfg.engine.kind!r} needs the collective weight sync (issue 11), not wired to the Ray "
-            "backend yet: use engine.kind = 'local' (or runtime.backend = 'local')"
+    servers: dict[str, Any] = {}
+    if not placement.engines_in_workers:  # engine servers: launched by their actors unless engine.url names one
+        from fireflash.runtime.servers import connect_engine, launch_engine_server
+
+        servers = dict(
+            build_server=None if cfg.engine.url else partial(
+                launch_engine_server, engine=cfg.engine, model_dir=str(start_dir), log_dir=str(run_dir.resolve() / "engines"),
+            ),
+            engine_urls=[cfg.engine.url] if cfg.engine.url else [],
+            connect_server=partial(connect_engine, cfg.engine),
+            weight_sync=cfg.engine.weight_sync, weight_sync_timeout_sec=cfg.engine.weight_sync_timeout_sec,
         )
     try:
         import ray
@@ -169,7 +186,7 @@ async def _train_ray(
         worker_start_timeout_sec=rt.ray.worker_start_timeout_sec,
         mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
-        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups,
+        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups, **servers,
     )
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()

@@ -42,6 +42,8 @@ class Placement:
     rollout_workers: int
     cpus_per_rollout_worker: float
     attempts_per_worker: int
+    cpus_per_engine: float = 1.0  # Ray CPUs reserved by each engine server's actor
+    weight_sync: str = "collective"  # engine servers: 'collective' or 'disk'
 
     @property
     def trainer_gpus(self) -> int:
@@ -61,7 +63,10 @@ class Placement:
         """Human-readable lines, one per role (what ``--dry-run`` prints)."""
         total = self.num_nodes * self.gpus_per_node
         gpu = lambda n: f"{n} GPU" + ("s" if n != 1 else "")  # noqa: E731
-        engine_where = "inside each rollout worker" if self.engines_in_workers else "servers"
+        engine_where = (
+            "inside each rollout worker" if self.engines_in_workers
+            else f"servers, each in its own actor with {self.cpus_per_engine:g} CPU"
+        )
         lines = [
             f"cluster: {self.num_nodes} node(s) × {gpu(self.gpus_per_node)} = {gpu(total)}"
             + (f"; trainer {self.trainer_gpus} / engines {self.engine_gpus}" if total else " (CPU only)"),
@@ -75,8 +80,10 @@ class Placement:
             "(any node, spread)",
             "weights: trainer rank 0 → object store → every rollout worker's engine, version + 1 after each step"
             if self.engines_in_workers else
-            "weights: trainer → engine servers by collective sync (NCCL), version + 1 after each step — not yet "
-            "wired to the Ray backend, which runs in-process engines (engine.kind = 'local') today",
+            "weights: trainer rank 0 → every engine server, version + 1 after each step, "
+            + ("by one broadcast through a weight-update group "
+               f"({'NCCL' if self.gpus_per_engine else 'gloo'}, {self.gpus_per_engine or 1} rank(s) per server)"
+               if self.weight_sync == "collective" else "by an HF directory each server loads (run_dir/weights)"),
         ]
         return lines
 
@@ -104,6 +111,12 @@ def plan_placement(ray: RayConfig, engine: EngineConfig, max_inflight_attempts: 
     """
     total = ray.num_nodes * ray.gpus_per_node
     in_workers = engine.kind in ("local", "scripted")
+    if engine.kind == "vllm":
+        raise PlacementError(
+            "engine.kind = 'vllm' on the Ray backend: vLLM takes new weights only through its own trainer-side "
+            "communicator, which FireFlash does not drive yet; use engine.kind = 'sglang' (or runtime.backend = "
+            "'local' with a vLLM server)"
+        )
     workers = ray.num_rollout_workers
     common = dict(
         num_nodes=ray.num_nodes, gpus_per_node=ray.gpus_per_node,
@@ -111,11 +124,12 @@ def plan_placement(ray: RayConfig, engine: EngineConfig, max_inflight_attempts: 
         engine_kind=engine.kind, engines_in_workers=in_workers, rollout_workers=workers,
         cpus_per_rollout_worker=ray.num_cpus_per_rollout_worker,
         attempts_per_worker=math.ceil(max_inflight_attempts / workers),
+        cpus_per_engine=ray.num_cpus_per_engine, weight_sync=engine.weight_sync,
     )
     if total == 0:
         return Placement(
             trainer_workers=ray.num_trainer_workers or 1, gpus_per_trainer_worker=0,
-            engines=workers if in_workers else 1, gpus_per_engine=0, **common,
+            engines=workers if in_workers else ray.num_engines or 1, gpus_per_engine=0, **common,
         )
     trainer_gpus = round(total * ray.trainer_gpu_share)
     engine_gpus = total - trainer_gpus

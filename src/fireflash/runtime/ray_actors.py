@@ -5,10 +5,12 @@ builder, so nothing that holds threads, processes or a model crosses the wire. B
 Python; ``ray_backend`` wraps them with ``ray.remote`` and the placement's resources.
 
     RolloutWorker(build_rollout, index, ...)      async actor: many attempts at once, each
-        .attempt(slot, retries, version) → outcome  fork sandbox → harness → grade (``scored_attempt``)
-        .update_weights(state, version)             the engine loads new weights between turns
+        .attempt(slot, retries, version[, url])      fork sandbox → harness → grade (``scored_attempt``), on its
+                                                     own engine or on the engine server at ``url``
+        .update_weights(state, version)             its own engine loads new weights between turns
     TrainerWorker(build_trainer, rank, world_size)  one per trainer process (FSDP2 rank when > 1)
         .setup(master_addr, port) → .train_step(groups) → .state_dict() (rank 0) → .save_checkpoint(...)
+        .join_weight_group(...) → .broadcast_weights() / .save_weights(dir, version)   (engine servers)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +29,25 @@ from fireflash.protocols import Engine, Grader, SandboxBackend, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import Slot
-from fireflash.runtime.local import MeteredEngine
+from fireflash.runtime.local import BusyMeter, MeteredEngine
+from fireflash.runtime.servers import TrainerWeightSender, connect_engine, save_weights
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.training.config import TrainerConfig
 
 
 @dataclass
 class RolloutParts:
-    """What one rollout worker runs attempts with (built inside the worker's process)."""
+    """What one rollout worker runs attempts with (built inside the worker's process).
+
+    ``engine``: the worker's own in-process engine, or None when attempts go to engine servers, whose clients
+    ``connect(url)`` builds.
+    """
 
     backend: SandboxBackend
-    engine: Engine
+    engine: Engine | None
     tokenizer: Any
     grader_for: Callable[[Task], Grader]
+    connect: Callable[[str], Engine] | None = None
 
 
 class EngineBehind(RuntimeError):
@@ -75,7 +84,9 @@ class RolloutWorker:
     ) -> None:
         _set_threads(num_cpus)
         self.parts = build(index)
-        self.engine = MeteredEngine(self.parts.engine)
+        self.meter = BusyMeter()  # engine busy time seen from this worker, over its own engine or every server
+        self.engine = MeteredEngine(self.parts.engine, self.meter) if self.parts.engine is not None else None
+        self.servers: dict[str, MeteredEngine] = {}  # clients of engine servers, by URL
         self.parents = ParentPool(self.parts.backend)
         self.index, self.harness, self.hang_margin_sec = index, harness, hang_margin_sec
 
@@ -83,37 +94,66 @@ class RolloutWorker:
         """This incarnation's process id (changes when Ray restarts the worker)."""
         return os.getpid()
 
-    async def attempt(self, slot: Slot, max_retries: int, min_weight_version: int) -> AttemptOutcome:
+    async def attempt(
+        self, slot: Slot, max_retries: int, min_weight_version: int, engine_url: str | None = None
+    ) -> AttemptOutcome:
         """One scored attempt with up to ``max_retries`` retries (never raises for infrastructure failures).
 
-        The trajectory's metadata records which worker process ran it (``rollout_worker``).
+        ``engine_url``: sample on that engine server instead of this worker's own engine (the server reports
+        the weight version of every result; ``min_weight_version`` is not checked). The trajectory's metadata
+        records which worker process (``rollout_worker``) and which server (``engine_url``) ran it.
 
         Raises:
-            EngineBehind: the engine's weights are older than ``min_weight_version``, the newest the driver
-                published; the driver sends them and asks again.
+            EngineBehind: the worker's own engine holds weights older than ``min_weight_version``, the newest the
+                driver published; the driver sends them and asks again.
+            ValueError: no engine to run on (a server URL for a worker without ``connect``, or none for one
+                without its own engine).
         """
-        if self.engine.weight_version < min_weight_version:
-            raise EngineBehind(f"engine holds weight version {self.engine.weight_version} < {min_weight_version}")
         p = self.parts
+        if engine_url is not None:
+            if p.connect is None:
+                raise ValueError(f"rollout worker {self.index} was built without connect(url); cannot use {engine_url}")
+            if engine_url not in self.servers:
+                self.servers[engine_url] = MeteredEngine(p.connect(engine_url), self.meter)
+            engine = self.servers[engine_url]
+        elif self.engine is None:
+            raise ValueError(f"rollout worker {self.index} has no engine of its own: pass the engine server's URL")
+        else:
+            engine = self.engine
+            if engine.weight_version < min_weight_version:
+                raise EngineBehind(f"engine holds weight version {engine.weight_version} < {min_weight_version}")
         outcome = await scored_attempt(
-            slot.task, lambda: self.parents.get(slot.task), self.engine, p.tokenizer, self.harness,
+            slot.task, lambda: self.parents.get(slot.task), engine, p.tokenizer, self.harness,
             p.grader_for(slot.task), slot.attempt_id, max_retries, self.hang_margin_sec,
         )
         if outcome.trajectory is not None:
             outcome.trajectory.metadata["rollout_worker"] = {"index": self.index, "pid": os.getpid()}
+            if engine_url is not None:
+                outcome.trajectory.metadata["engine_url"] = engine_url
         return outcome
 
+    async def forget_server(self, url: str) -> None:
+        """Close the client of a server that died or moved."""
+        client = self.servers.pop(url, None)
+        close = getattr(client.engine, "close", None) if client is not None else None
+        if close is not None:
+            await close()
+
     async def update_weights(self, weights: Mapping[str, Any], version: int) -> None:
-        """Load new weights into the engine; in-flight attempts continue, their next turns use ``version``."""
+        """Load new weights into the worker's own engine; in-flight attempts continue, their next turns use
+        ``version``."""
+        assert self.engine is not None, "engine servers get their weights from the trainer, not through workers"
         await self.engine.update_weights(weights, version)
 
     async def engine_busy_sec(self) -> tuple[int, float]:
-        """(process id, seconds the engine has had a request in flight since this incarnation started)."""
-        return os.getpid(), self.engine.busy_sec
+        """(process id, seconds this worker has had an engine request in flight since this incarnation started)."""
+        return os.getpid(), self.meter.busy_sec
 
     async def close(self) -> None:
-        """Close the sandbox backend (parents and forks) and the engine's own resources."""
+        """Close the sandbox backend (parents and forks), the engine's own resources and server clients."""
         await self.parts.backend.close()
+        for url in list(self.servers):
+            await self.forget_server(url)
         close = getattr(self.parts.engine, "close", None)
         if close is not None:
             await close()
@@ -132,6 +172,7 @@ class TrainerWorker:
         _set_threads(num_cpus)
         self.build, self.rank, self.world_size = build, rank, world_size
         self.trainer: Any = None
+        self.sender = TrainerWeightSender()  # rank 0's end of the weight-update group with engine servers
 
     def address(self) -> tuple[str, int]:
         """(node IP, a free port) for the process group's rendezvous (asked of rank 0)."""
@@ -174,14 +215,42 @@ class TrainerWorker:
     def save_checkpoint(self, root: str, cursor: dict[str, Any]) -> str:
         return str(self.trainer.save_checkpoint(Path(root), cursor))
 
+    # ---- engine servers (RECIPE.md §1: new weights after every step) ----
+
+    def join_weight_group(
+        self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float
+    ) -> None:
+        """Rank 0: create the weight-update group with the engine servers (blocks until they have joined)."""
+        if self.rank == 0:
+            self.sender.join(address, port, world_size, backend, group_name, timeout_sec)
+
+    def weight_specs(self) -> list[Any] | None:
+        """(name, dtype, shape) of every tensor rank 0 sends; None on other ranks. Collective."""
+        state = self.trainer.state_dict()
+        return self.sender.specs(state) if self.rank == 0 else None
+
+    def broadcast_weights(self) -> None:
+        """Rank 0 sends the current weights through the group while the servers receive them. Collective."""
+        state = self.trainer.state_dict()
+        self.sender.broadcast(state if self.rank == 0 else {})
+
+    def save_weights(self, root: str, version: int) -> str | None:
+        """Rank 0 writes the current weights as an HF directory under ``root``; returns it (None elsewhere).
+        Collective."""
+        state = self.trainer.state_dict()
+        if self.rank != 0:
+            return None
+        return str(save_weights(self.trainer.model, self.trainer.tokenizer, state, Path(root), version))
+
 
 def build_rollout_parts(
     index: int, *, engine: EngineConfig, model_dir: str, sandbox: SandboxConfig, cache_dir: str | None, num_cpus: float,
 ) -> RolloutParts:
     """The default rollout builder for ``fireflash train`` (use with ``functools.partial``).
 
-    A local engine gets the worker's CPU reservation as its thread budget unless ``engine.num_threads``
-    is set. Every worker builds each task's grader once.
+    An in-process engine ('local') gets the worker's CPU reservation as its thread budget unless
+    ``engine.num_threads`` is set; for server engines ('sglang') the worker holds none and builds a client per
+    server URL the driver routes attempts to. Every worker builds each task's grader once.
     """
     from fireflash.engines import make_engine
     from fireflash.grading import make_grader
@@ -197,9 +266,11 @@ def build_rollout_parts(
             graders[task.id] = make_grader(task.grader)
         return graders[task.id]
 
+    servers = engine.kind in ("sglang", "vllm")
     return RolloutParts(
-        backend=make_backend(sandbox), engine=make_engine(engine, model_dir, cache_dir=cache_dir),
+        backend=make_backend(sandbox), engine=None if servers else make_engine(engine, model_dir, cache_dir=cache_dir),
         tokenizer=load_tokenizer(model_dir, cache_dir), grader_for=grader_for,
+        connect=partial(connect_engine, engine) if servers else None,
     )
 
 

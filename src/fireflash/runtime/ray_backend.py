@@ -4,7 +4,9 @@
       GroupScheduler → slot ───────────────►  RolloutWorker × N: fork sandbox → harness → grade
       finish_group ◄── AttemptOutcome ──────    (max_inflight_attempts spread over the workers)
       complete groups → ray.put ───────────►  TrainerWorker × W: train_step (stale turns masked)
-      WeightPublisher: rank 0's state dict → object store → every RolloutWorker.update_weights(version + 1)
+      in-process engines: WeightPublisher: rank 0's state dict → object store → every RolloutWorker.update_weights
+      engine servers (servers.py): EngineServerWorker × E; each attempt goes to the least-loaded healthy server;
+        ServerWeightSync: trainer rank 0 ══ weight-update group (or an HF directory) ══► every server, version + 1
 
 The semantics are the local backend's, from the same code: ``GroupScheduler`` issues slots and keeps the
 resume cursor, ``scored_attempt`` retries infrastructure failures inside a worker, ``finish_group`` turns
@@ -16,10 +18,18 @@ version). A rollout worker that dies costs its in-flight attempts one try each: 
 worker the newest weights before its first attempt. Metrics go to the same ``MetricsWriter`` with the same
 keys, so ``fireflash report`` reads a Ray run like a local one.
 
+With engine servers (``build_server``, or ``engine_urls`` of servers started elsewhere) the rollout workers
+hold no engine: each attempt is routed to the healthy server with the fewest attempts in flight and the
+worker samples through that server's client. After every step the trainer ranks push the new weights to every
+server (``ServerWeightSync``: one broadcast from rank 0 through a weight-update group, or an HF directory the
+servers load), and each result carries the version the server reports. A server that dies costs its in-flight
+attempts one try each (retried on another server, or on it once it is back): Ray restarts its actor (up to
+``max_worker_restarts``), which launches the server again; the driver forms a new weight-update group with it
+and sends it the newest weights before it gets attempts again.
+
 Simplifications, named: the trainer role is not restarted (a dead trainer ends the run; ``--resume``
-continues from the last checkpoint); the publisher ships full state dicts through the object store, which
-suits in-process engines — server engines take the collective (NCCL / gloo) weight sync instead; run_dir
-must be on storage every node sees.
+continues from the last checkpoint); the in-process publisher ships full state dicts through the object
+store, which suits small models — large ones use engine servers; run_dir must be on storage every node sees.
 
     runtime = RayRuntime(tasks=..., build_rollout=..., build_trainer=..., placement=plan_placement(...), ...)
     history = asyncio.run(runtime.run())      # ray.init(...) first
@@ -42,7 +52,21 @@ from fireflash.runtime.attempts import AttemptOutcome, error_info
 from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot
 from fireflash.runtime.local import RolloutStats, settle_attempt
 from fireflash.runtime.placement import Placement, PlacementError
-from fireflash.runtime.ray_actors import EngineBehind, RolloutBuilder, RolloutWorker, TrainerBuilder, TrainerWorker
+from fireflash.runtime.ray_actors import (
+    EngineBehind,
+    RolloutBuilder,
+    RolloutWorker,
+    TrainerBuilder,
+    TrainerWorker,
+)
+from fireflash.runtime.servers import (
+    EngineServer,
+    EngineServerWorker,
+    EnginesLost,
+    ServerBuilder,
+    ServerClient,
+    ServerWeightSync,
+)
 from fireflash.runtime.tracking import MetricsWriter
 
 
@@ -129,6 +153,13 @@ class RayRuntime:
     Args:
         placement: ``plan_placement(...)``: how many actors of each role, with which resources.
         resume: restore the trainer from ``run_dir/checkpoints`` and continue its cursor.
+        build_server: for engine servers (``placement.engines_in_workers`` False): starts server i inside its
+            actor (``servers.ServerBuilder``, e.g. ``servers.launch_engine_server``); Ray restarts it when it dies.
+        engine_urls: instead of ``build_server``, servers started elsewhere (used as they are, never restarted).
+        connect_server: ``url → client`` (``SGLangEngine``) the driver pushes weights through.
+        weight_sync: 'collective' (one broadcast from trainer rank 0 through a weight-update group: NCCL on GPUs,
+            gloo on CPU) or 'disk' (an HF directory under ``run_dir/weights`` that every server loads).
+        weight_sync_timeout_sec: a server that does not join the group, or a transfer that stalls, fails after this.
         Others: as ``LocalRuntime``.
     """
 
@@ -159,7 +190,16 @@ class RayRuntime:
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
         max_queued_groups: int | None = None,
+        build_server: ServerBuilder | None = None,
+        engine_urls: Sequence[str] = (),
+        connect_server: ServerClient | None = None,
+        weight_sync: Literal["collective", "disk"] = "collective",
+        weight_sync_timeout_sec: float = 300.0,
     ) -> None:
+        if not placement.engines_in_workers and connect_server is None:
+            raise ValueError("engine servers need connect_server (url → client) to push weights to them")
+        if not placement.engines_in_workers and build_server is None and not engine_urls:
+            raise ValueError("engine servers need build_server (FireFlash launches them) or engine_urls (started elsewhere)")
         self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
         self.build_rollout, self.build_trainer, self.placement = build_rollout, build_trainer, placement
         self.harness, self.objective, self.run_dir = harness, objective, Path(run_dir).resolve()
@@ -183,6 +223,19 @@ class RayRuntime:
         self.trainers: list[Any] = []
         self.publisher = WeightPublisher()
         self.actor_errors = 0  # attempt tries lost to dead rollout workers, whole run
+        self.build_server, self.engine_urls = build_server, list(engine_urls)
+        self.servers: list[EngineServer] = []  # engine servers (none when engines live in the workers)
+        self.server_sync: ServerWeightSync | None = None
+        if not placement.engines_in_workers:
+            assert connect_server is not None
+            self.server_sync = ServerWeightSync(
+                weight_sync, connect_server, ranks_per_server=max(placement.gpus_per_engine, 1),
+                backend="nccl" if placement.gpus_per_engine else "gloo", weights_dir=self.run_dir / "weights",
+                timeout_sec=weight_sync_timeout_sec,
+            )
+        self._servers_changed = asyncio.Condition()  # a server went up, down or dead
+        self._sync_lock = asyncio.Lock()  # one weight-update group operation at a time
+        self._recoveries: set[asyncio.Task[None]] = set()
         self._busy_seen: dict[tuple[int, int], float] = {}  # (worker, pid) → engine busy seconds last read
         self._pg: Any = None
 
@@ -196,21 +249,33 @@ class RayRuntime:
         p = self.placement
         have = ray.cluster_resources()
         gpus = float(have.get("GPU", 0))
-        if p.trainer_gpus + (p.engine_gpus if p.engines_in_workers else 0) > gpus:
+        launched = 0 if p.engines_in_workers or self.engine_urls else p.engines  # engine servers FireFlash starts
+        engine_gpus = p.engine_gpus if p.engines_in_workers or launched else 0
+        if p.trainer_gpus + engine_gpus > gpus:
             raise PlacementError(
                 f"the placement needs {p.trainer_gpus} trainer GPUs"
-                + (f" and {p.engine_gpus} engine GPUs" if p.engines_in_workers else "")
+                + (f" and {engine_gpus} engine GPUs" if engine_gpus else "")
                 + f" but the Ray cluster has {gpus:g}; fix runtime.ray.num_nodes / gpus_per_node"
             )
-        cpus = p.rollout_workers * p.cpus_per_rollout_worker + p.trainer_workers * p.cpus_per_trainer_worker
+        cpus = (p.rollout_workers * p.cpus_per_rollout_worker + p.trainer_workers * p.cpus_per_trainer_worker
+                + launched * p.cpus_per_engine)
         if cpus > float(have.get("CPU", 0)):
             # Ray would wait for the missing CPUs forever; say so now
             raise PlacementError(
                 f"the placement needs {cpus:g} CPUs ({p.rollout_workers} rollout × {p.cpus_per_rollout_worker:g} + "
-                f"{p.trainer_workers} trainer × {p.cpus_per_trainer_worker:g}) but the Ray cluster has "
-                f"{float(have.get('CPU', 0)):g}; lower runtime.ray.num_cpus_per_rollout_worker / "
-                "num_cpus_per_trainer_worker (fractions are allowed) or the worker counts"
+                f"{p.trainer_workers} trainer × {p.cpus_per_trainer_worker:g}"
+                + (f" + {launched} engine servers × {p.cpus_per_engine:g}" if launched else "")
+                + f") but the Ray cluster has {float(have.get('CPU', 0)):g}; lower runtime.ray.num_cpus_per_rollout_worker"
+                " / num_cpus_per_trainer_worker / num_cpus_per_engine (fractions are allowed) or the worker counts"
             )
+        if launched:  # servers take minutes to load: start them before anything else
+            server_cls = ray.remote(EngineServerWorker).options(
+                num_cpus=p.cpus_per_engine, num_gpus=p.gpus_per_engine, max_restarts=self.max_restarts,
+                max_task_retries=0,
+            )
+            self.servers = [EngineServer(i, server_cls.remote(self.build_server, i)) for i in range(launched)]
+        elif not p.engines_in_workers:
+            self.servers = [EngineServer(i, url=u, state="joining") for i, u in enumerate(self.engine_urls)]
         rollout_gpus = p.gpus_per_engine if p.engines_in_workers else 0
         worker_cls = ray.remote(RolloutWorker).options(
             num_cpus=p.cpus_per_rollout_worker, num_gpus=rollout_gpus, max_restarts=self.max_restarts,
@@ -243,6 +308,13 @@ class RayRuntime:
             if isinstance(pid, BaseException):
                 raise WorkersLost(f"rollout worker {w.index} could not start: {pid}") from pid
             w.pid = pid
+        launched_servers = [s for s in self.servers if s.handle is not None]
+        async with asyncio.timeout(self.start_timeout_sec):
+            infos = await asyncio.gather(*(s.handle.ping.remote() for s in launched_servers), return_exceptions=True)
+        for s, info in zip(launched_servers, infos):
+            if isinstance(info, BaseException):
+                raise EnginesLost(f"engine server {s.index} could not start: {info}") from info
+            (s.pid, s.url), s.state = info, "joining"
         self.trainer.step, self.trainer.weight_version = progress[0]
         cursor = None
         if self.resume:
@@ -252,12 +324,119 @@ class RayRuntime:
         self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor)
         if self.writer is not None:  # rows a killed run wrote past its checkpoint describe steps run again
             self.writer.drop_after(self.trainer.step)
-        if self.trainer.weight_version:  # engines were built from the checkpoint's weights: tag them
+        if self.servers:  # form the weight-update group (and tag a resumed run's weights with their version)
+            await self._sync_servers(self.trainer.weight_version)
+        elif self.trainer.weight_version:  # engines were built from the checkpoint's weights: tag them
             await self._publish()
 
     async def _publish(self) -> None:
+        if self.servers:
+            await self._sync_servers(self.trainer.weight_version)
+            return
         for w, e in await self.publisher.publish(self.trainers, self.workers, self.trainer.weight_version):
             await self._recover(w, e)
+
+    # ---- engine servers -----------------------------------------------------------------------------
+
+    async def _set_state(self, s: EngineServer, state: str) -> None:
+        s.state = state
+        async with self._servers_changed:
+            self._servers_changed.notify_all()
+
+    async def _sync_servers(self, version: int) -> None:
+        """Push the trainer's weights, tagged ``version``, to every server that is up or rejoining.
+
+        A member that fails during the update is dropped (and recovered in the background), and the group is
+        formed anew without it; servers that took the update are 'up' (they get attempts).
+
+        Raises:
+            EnginesLost: every server died for good.
+        """
+        assert self.server_sync is not None
+        async with self._sync_lock:
+            for _ in range(len(self.servers) + 1):
+                members = [s for s in self.servers if s.state in ("up", "joining")]
+                if not members:
+                    if all(s.state == "dead" for s in self.servers):
+                        raise EnginesLost("every engine server died (runtime.ray.max_worker_restarts spent)")
+                    return  # they are restarting; each one syncs itself when it is back
+                urls = [s.url for s in members]
+                try:
+                    await self.server_sync.join(self.trainers, urls)
+                    await self.server_sync.publish(self.trainers, urls, version)
+                except Exception as e:  # noqa: BLE001 - a member died mid-update: find it, drop it, try again
+                    last = e
+                    self.server_sync.reset()
+                    for s in members:
+                        await self._check_server(s)
+                    continue
+                for s in members:
+                    if s.state == "joining":
+                        await self._set_state(s, "up")
+                return
+            raise last
+
+    async def _check_server(self, s: EngineServer) -> None:
+        """Ping ``s``; if it died or was restarted, mark it down and recover it in the background."""
+        from ray.exceptions import RayActorError
+
+        if s.handle is None or s.state in ("down", "dead"):
+            return  # an external server is not managed; a down one is already being recovered
+        known = s.pid
+        try:
+            async with asyncio.timeout(30):
+                pid, _ = await s.handle.ping.remote()
+        except (RayActorError, TimeoutError):
+            pid = -1
+        # several failed attempts check at once: only the first to see the change recovers the server
+        if pid == known or s.pid != known or s.state in ("down", "dead"):
+            return
+        await self._set_state(s, "down")
+        task = asyncio.create_task(self._recover_server(s))
+        self._recoveries.add(task)
+        task.add_done_callback(self._recoveries.discard)
+
+    async def _recover_server(self, s: EngineServer) -> None:
+        """Wait for Ray to restart ``s`` (its actor launches the server again), then rejoin and catch it up."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        assert self.server_sync is not None
+        old = s.url
+        await self.server_sync.forget(old)
+        await asyncio.gather(*(w.handle.forget_server.remote(old) for w in self.workers if w.alive),
+                             return_exceptions=True)
+        try:
+            async with asyncio.timeout(self.start_timeout_sec):
+                while True:
+                    try:
+                        pid, url = await s.handle.ping.remote()
+                        break
+                    except ActorUnavailableError:  # restarting
+                        await asyncio.sleep(0.5)
+        except (ActorDiedError, TimeoutError):
+            await self._set_state(s, "dead")
+            return
+        s.pid, s.url, s.restarts = pid, url, s.restarts + 1
+        await self._set_state(s, "joining")
+        try:
+            await self._sync_servers(self.trainer.weight_version)
+        except Exception:  # noqa: BLE001 - it stays 'joining': the next step's update takes it in again
+            pass
+
+    async def _pick_server(self) -> EngineServer:
+        """The 'up' server with the fewest attempts in flight; waits while none is up.
+
+        Raises:
+            EnginesLost: every server died for good.
+        """
+        async with self._servers_changed:
+            await self._servers_changed.wait_for(
+                lambda: any(s.state == "up" for s in self.servers) or all(s.state == "dead" for s in self.servers)
+            )
+        up = [s for s in self.servers if s.state == "up"]
+        if not up:
+            raise EnginesLost(f"every engine server died (runtime.ray.max_worker_restarts = {self.max_restarts} spent)")
+        return min(up, key=lambda s: (s.inflight, s.index))
 
     async def _recover(self, w: _Worker, error: BaseException) -> None:
         """After ``w`` failed a call: wait for its restart (newest weights before its next attempt) or retire it."""
@@ -315,7 +494,17 @@ class RayRuntime:
                 await asyncio.gather(*(w.handle.close.remote() for w in live), return_exceptions=True)
         except TimeoutError:
             pass  # killing the actor below ends its sandboxes' processes too
-        for handle in [w.handle for w in self.workers] + self.trainers:
+        for task in self._recoveries:
+            task.cancel()
+        if self.server_sync is not None:
+            await self.server_sync.close()
+        launched = [s.handle for s in self.servers if s.handle is not None]
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(h.close.remote() for h in launched), return_exceptions=True)
+        except TimeoutError:
+            pass  # killing the actor below ends its server process too
+        for handle in [w.handle for w in self.workers] + self.trainers + launched:
             ray.kill(handle, no_restart=True)
         if self._pg is not None:
             ray.util.remove_placement_group(self._pg)
@@ -330,10 +519,17 @@ class RayRuntime:
         start, errors = time.perf_counter(), []
         while len(errors) <= self.max_retries:
             w = self._pick()
+            # with engine servers the driver retries (each try may go to another server), so the worker tries once
+            server = await self._pick_server() if self.servers else None
             w.inflight += 1
+            if server is not None:
+                server.inflight += 1
             try:
-                await self.publisher.catch_up(w)
-                ref = w.handle.attempt.remote(slot, self.max_retries - len(errors), self.publisher.version)
+                if server is None:
+                    await self.publisher.catch_up(w)
+                    ref = w.handle.attempt.remote(slot, self.max_retries - len(errors), self.publisher.version)
+                else:
+                    ref = w.handle.attempt.remote(slot, 0, 0, server.url)
                 try:
                     outcome: AttemptOutcome = await ref
                 except asyncio.CancelledError:
@@ -350,6 +546,12 @@ class RayRuntime:
                 continue
             finally:
                 w.inflight -= 1
+                if server is not None:
+                    server.inflight -= 1
+            if server is not None and outcome.lost:  # the try failed: was it the server?
+                errors.extend(outcome.errors)
+                await self._check_server(server)
+                continue
             outcome.tries += len(errors)
             outcome.errors[:0] = errors
             return outcome
@@ -423,6 +625,8 @@ class RayRuntime:
                 "rollout/worker_restarts": float(sum(w.restarts for w in self.workers)),
                 "rollout/workers_alive": float(sum(w.alive for w in self.workers)),
                 "rollout/tries_lost_to_dead_workers": float(self.actor_errors),
+                **({"engines/up": float(sum(s.state == "up" for s in self.servers)),
+                    "engines/restarts": float(sum(s.restarts for s in self.servers))} if self.servers else {}),
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,

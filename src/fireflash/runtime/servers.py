@@ -1,0 +1,385 @@
+"""Rollout engines as servers on the Ray backend: SGLang (or FireFlash's own) processes in actors, and their weight sync.
+
+    EngineServerWorker × E (Ray actor, gpus_per_engine GPUs)        RayRuntime (driver)
+      build_server(index) → RunningServer: a process, its URL  ───►   each attempt goes to the healthy server with
+      ping() → (pid, url); exits when its server process died,         the fewest attempts in flight; a server that
+        so Ray restarts the actor and the server with it               fails is pinged, waited for, re-joined and
+                                                                        caught up before it gets attempts again
+      trainer rank 0 ══ weight-update group (NCCL, gloo on CPU) ══►   ServerWeightSync, after every optimizer step:
+                                                                        'collective': rank 0 broadcasts each tensor
+                                                                          once while every server receives it
+                                                                        'disk': rank 0 saves an HF directory, every
+                                                                          server loads it (/update_weights_from_disk)
+
+RECIPE.md §1: the trainer pushes new weights to the inference engines after every step (reference: NCCL) and
+in-flight attempts continue; each result carries the version the server reports. The group's members are the
+servers that are up: a server that dies is dropped from it (the group is formed anew without it) and joins a
+new group when Ray has restarted it, so one dead engine never stalls the others' updates.
+
+Simplifications, named: a server that is alive but hangs is not detected (its requests time out and cost
+their attempts' tries); vLLM servers are not driven here, because vLLM's weight transfer needs its own
+trainer-side communicator (``engines/vllm.py``); an ``engine.url`` given in the config is used as one external
+server that FireFlash neither launches nor restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from fireflash.engines.config import EngineConfig
+from fireflash.protocols import Engine
+
+
+class RunningServer(Protocol):
+    """An engine server this process started: where it listens and whether it still runs."""
+
+    url: str
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+ServerBuilder = Callable[[int], RunningServer]
+"""``build(engine_index) → RunningServer``, run inside the engine-server actor; picklable (module-level or a
+partial of one). Ray has set CUDA_VISIBLE_DEVICES to the actor's GPUs."""
+
+ServerClient = Callable[[str], Any]
+"""``connect(url) → Engine`` client speaking the server's API (``SGLangEngine``), with ``init_weight_sync`` and
+``receive_broadcast`` for the collective path."""
+
+
+class EnginesLost(RuntimeError):
+    """Every rollout engine server died for good (its restarts spent)."""
+
+
+@dataclass
+class ProcessServer:
+    """A server in a child process (``launch_sglang`` / ``launch_fireflash_server``)."""
+
+    process: subprocess.Popen
+    url: str
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside a Ray worker: this machine only
+        return "127.0.0.1"
+
+
+# the engine section's fields that configure FireFlash's server (a local engine); the rest are client settings
+_LOCAL_ENGINE_FIELDS = (
+    "max_batch_size", "prompt_lookup_tokens", "prompt_lookup_ngram_max", "prefix_cache_tokens", "prefill_chunk_tokens",
+    "shared_prefix_min_tokens", "rollout_dtype", "num_threads", "seed",
+)
+
+
+def launch_engine_server(
+    index: int, *, engine: EngineConfig, model_dir: str, log_dir: str, timeout_sec: float = 900.0
+) -> ProcessServer:
+    """The default ``ServerBuilder`` of ``fireflash train`` (use with ``functools.partial``): one server on a
+    free port of this node, listening on every interface, its log in ``log_dir/engine-{index}.log``.
+
+    ``engine.server = 'native'`` launches SGLang itself with its own flags ``engine.args`` passed through;
+    ``'fireflash'`` launches FireFlash's SGLang-compatible server over the local transformers engine (CPU nodes),
+    configured by the section's local-engine fields.
+
+    Raises:
+        ValueError: a kind other than 'sglang'.
+        fireflash.engines.http.EngineHTTPError: the server exited or did not become healthy in time.
+    """
+    if engine.kind != "sglang":
+        raise ValueError(
+            f"engine.kind = {engine.kind!r}: the Ray backend launches SGLang-API servers only (vLLM's weight transfer "
+            "needs its own trainer-side communicator); use engine.kind = 'sglang'"
+        )
+    port = _free_port()
+    log = Path(log_dir) / f"engine-{index}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if engine.server == "fireflash":
+        from fireflash.engines.serve import launch_fireflash_server
+
+        local = {k: getattr(engine, k) for k in _LOCAL_ENGINE_FIELDS}
+        process = launch_fireflash_server(
+            model_dir, port, local, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0",
+            weight_sync_timeout_sec=engine.weight_sync_timeout_sec,
+        )
+    else:
+        from fireflash.engines.sglang import launch_sglang
+
+        process = launch_sglang(model_dir, port, engine.args, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0")
+    return ProcessServer(process, f"http://{_node_ip()}:{port}")
+
+
+def connect_engine(engine: EngineConfig, url: str) -> Engine:
+    """A client of the server at ``url`` with the ``engine`` section's settings (``functools.partial`` it)."""
+    from fireflash.engines import make_engine
+
+    return make_engine(engine.model_copy(update={"url": url}), "")
+
+
+class EngineServerWorker:
+    """One rollout engine server, owned by a Ray actor (``ray.remote`` with the engine's GPUs and CPUs).
+
+    Args:
+        build: starts the server (``ServerBuilder``).
+        index: the engine's index (passed to ``build``).
+    """
+
+    def __init__(self, build: ServerBuilder, index: int) -> None:
+        self.index = index
+        self.server = build(index)
+
+    def ping(self) -> tuple[int, str]:
+        """(process id, server URL). Exits the actor when the server has died, so Ray restarts both."""
+        if not self.server.alive():
+            os._exit(1)
+        return os.getpid(), self.server.url
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class TrainerWeightSender:
+    """Trainer rank 0's end of the weight-update group with the servers (lives in the trainer worker).
+
+    Every trainer rank calls ``specs`` / ``broadcast`` / ``save``: a sharded trainer gathers its full weights
+    collectively, and only rank 0 (whose ``state_dict`` holds them) sends or writes.
+    """
+
+    def __init__(self) -> None:
+        self.group: Any = None
+        self.send: Callable[[list[tuple[str, Any]]], None] | None = None
+
+    def join(self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float) -> None:
+        """Create the group as its rank 0 (blocks until every server has joined); leaves an earlier one."""
+        from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
+
+        self.leave()
+        self.group = init_weight_update_group(address, port, 0, world_size, backend, group_name, timeout_sec)
+        self.send = tensor_broadcaster(self.group, "cuda" if backend == "nccl" else "cpu")
+
+    def leave(self) -> None:
+        if self.group is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group(self.group)
+            self.group = self.send = None
+
+    @staticmethod
+    def specs(state: Mapping[str, Any]) -> list[Any]:
+        from fireflash.engines.weights import specs_of
+
+        return specs_of(list(state.items()))
+
+    def broadcast(self, state: Mapping[str, Any]) -> None:
+        """Send every tensor of ``state``, in order (``state`` empty on ranks other than 0: nothing to do).
+
+        Raises:
+            RuntimeError: rank 0 has not joined a group.
+        """
+        if not state:
+            return
+        if self.send is None:
+            raise RuntimeError("broadcast before join: the driver connects the weight-update group first")
+        self.send(list(state.items()))
+
+
+def save_weights(model: Any, tokenizer: Any, state: Mapping[str, Any], root: Path, version: int) -> Path:
+    """Write ``root/weights-v{version:06d}`` (an HF directory) for servers to load; keeps the newest two."""
+    from fireflash.engines.weight_sync import DiskWeightSync
+
+    path = DiskWeightSync(root, model, tokenizer).save(state, version)
+    for old in sorted(root.glob("weights-v*"))[:-2]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+@dataclass
+class EngineServer:
+    """The driver's view of one engine server (an actor, or an external URL when ``handle`` is None).
+
+    ``state``: 'starting' (launching), 'joining' (up, not yet holding the newest weights), 'up' (gets attempts),
+    'down' (died or restarted; being recovered), 'dead' (its restarts spent).
+    """
+
+    index: int
+    handle: Any = None
+    url: str = ""
+    pid: int = 0
+    state: str = "starting"
+    inflight: int = 0
+    restarts: int = 0
+
+
+class ServerWeightSync:
+    """The driver's side of pushing new weights from the trainer workers to the engine servers (RECIPE.md §1).
+
+    Args:
+        mode: 'collective' (a weight-update group, trainer rank 0 = group rank 0) or 'disk' (an HF directory
+            per version under ``weights_dir``, which every server must see).
+        connect: builds a control client for a server URL (``SGLangEngine``).
+        ranks_per_server: group ranks each server takes (its tensor-parallel size; 1 for a CPU server).
+        backend: 'nccl' (GPUs) or 'gloo' (CPU).
+        weights_dir: where disk mode writes.
+        timeout_sec: a member that does not join, or a transfer that stalls, fails after this long.
+    """
+
+    def __init__(
+        self,
+        mode: Literal["collective", "disk"],
+        connect: ServerClient,
+        ranks_per_server: int,
+        backend: str,
+        weights_dir: Path,
+        timeout_sec: float,
+    ) -> None:
+        self.mode, self.connect, self.ranks_per_server = mode, connect, ranks_per_server
+        self.backend, self.weights_dir, self.timeout_sec = backend, Path(weights_dir), timeout_sec
+        self.clients: dict[str, Any] = {}  # by URL
+        self.members: tuple[str, ...] = ()  # URLs of the current group, in rank order
+        self.generation = 0
+        self.specs: list[Any] | None = None
+        self.version = 0  # the newest version every member holds
+
+    def _client(self, url: str) -> Any:
+        if url not in self.clients:
+            self.clients[url] = self.connect(url)
+        return self.clients[url]
+
+    async def join(self, trainers: Sequence[Any], urls: Sequence[str]) -> None:
+        """Form a new weight-update group of trainer rank 0 and the servers at ``urls`` (collective mode)."""
+        if self.mode != "collective" or tuple(urls) == self.members:
+            return
+        # survivors of the last group leave it first (a gloo group holds sockets, an NCCL one GPU memory); best
+        # effort: a server that cannot answer is about to be dropped anyway
+        await asyncio.gather(*(self._client(u).destroy_weight_sync() for u in self.members if u in self.clients),
+                             return_exceptions=True)
+        self.generation += 1
+        name = f"fireflash-weights-{self.generation}"
+        address, port = await trainers[0].address.remote()
+        world = 1 + self.ranks_per_server * len(urls)
+        clients = [self._client(u) for u in urls]
+        for c in clients:
+            c.group_name = name
+        await asyncio.gather(
+            trainers[0].join_weight_group.remote(address, port, world, self.backend, name, self.timeout_sec),
+            *(c.init_weight_sync(address, port, world, rank_offset=1 + i * self.ranks_per_server, backend=self.backend)
+              for i, c in enumerate(clients)),
+        )
+        self.members = tuple(urls)
+        if self.specs is None:
+            self.specs = next(s for s in await asyncio.gather(*(t.weight_specs.remote() for t in trainers)) if s)
+
+    async def publish(self, trainers: Sequence[Any], urls: Sequence[str], version: int) -> None:
+        """Install the trainer's current weights, tagged ``version``, in every server at ``urls``.
+
+        Collective: ``join`` must have formed a group of exactly these servers. In-flight requests finish on
+        the weights they started with (the server takes the update between its requests' turns).
+
+        Raises:
+            Any client or actor error: a server failed during the update (the caller drops it and retries).
+        """
+        if self.mode == "collective":
+            assert tuple(urls) == self.members, "join the servers before publishing to them"
+            assert self.specs is not None
+            await asyncio.gather(
+                *(t.broadcast_weights.remote() for t in trainers),
+                *(self._client(u).receive_broadcast(self.specs, version) for u in urls),
+            )
+        else:
+            paths = await asyncio.gather(*(t.save_weights.remote(str(self.weights_dir), version) for t in trainers))
+            path = Path(next(p for p in paths if p))
+            await asyncio.gather(*(self._client(u).update_weights(path, version) for u in urls))
+        self.version = version
+
+    def reset(self) -> None:
+        """Forget the current group after a failed update: the next ``join`` forms a new one."""
+        self.members = ()
+
+    async def forget(self, url: str) -> None:
+        """Drop the client of a server that moved or died."""
+        client = self.clients.pop(url, None)
+        if client is not None and hasattr(client, "close"):
+            await client.close()
+
+    async def close(self) -> None:
+        for url in list(self.clients):
+            await self.forget(url)
+
+
+class DiskSyncedEngine:
+    """A server engine whose state-dict updates go through an HF directory (``engine.weight_sync = 'disk'``).
+
+    For the local backend with an SGLang server: ``update_weights(state, v)`` writes ``weights-v{v}`` under
+    ``root`` (the newest two kept) and asks the server to load it; everything else is the wrapped client's.
+    """
+
+    def __init__(self, engine: Any, model: Any, tokenizer: Any, root: Path) -> None:
+        self.engine, self.model, self.tokenizer, self.root = engine, model, tokenizer, Path(root)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    async def update_weights(self, weights: Mapping[str, Any] | Path, version: int) -> None:
+        if not isinstance(weights, (str, Path)):
+            weights = await asyncio.to_thread(save_weights, self.model, self.tokenizer, weights, self.root, version)
+        await self.engine.update_weights(Path(weights), version)
+
+
+async def connect_local_trainer(
+    engine: Any, trainer: Any, mode: Literal["collective", "disk"], weights_dir: Path, timeout_sec: float
+) -> Any:
+    """Make an SGLang server take the in-process trainer's weights after every step (the local backend).
+
+    'collective': this process creates a two-member weight-update group (trainer rank 0, the server rank 1;
+    gloo, so it also works when both share one GPU) and ``engine.update_weights(state, v)`` broadcasts through
+    it. 'disk': returns a ``DiskSyncedEngine``. Returns the engine to give the runtime.
+
+    Raises:
+        ValueError: an engine without ``init_weight_sync`` (only SGLang clients are driven this way).
+    """
+    if mode == "disk":
+        return DiskSyncedEngine(engine, trainer.model, trainer.tokenizer, weights_dir)
+    if not hasattr(engine, "init_weight_sync") or not hasattr(engine, "broadcast"):
+        raise ValueError(f"engine {type(engine).__name__} cannot join a weight-update group; use engine.weight_sync = 'disk'")
+    from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
+
+    address, port = "127.0.0.1", _free_port()
+    _, group = await asyncio.gather(
+        engine.init_weight_sync(address, port, world_size=2, backend="gloo"),
+        asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name, timeout_sec),
+    )
+    engine.broadcast = tensor_broadcaster(group, "cpu")
+    return engine

@@ -1,0 +1,79 @@
+"""The local backend with an SGLang-API server: the in-process trainer's weights reach it after a step.
+
+The server is FireFlash's own (``launch_fireflash_server``, a child process, so it and the trainer are two
+members of a real gloo weight-update group). After ``update_weights(trainer.state_dict(), v)`` the server
+samples exactly what a fresh copy of the trainer's weights computes, by collective and by disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from fireflash.engines.serve import launch_fireflash_server
+from fireflash.engines.sglang import SGLangEngine
+from fireflash.models import build_tiny_model
+from fireflash.protocols import GenerateRequest, SamplingParams
+from fireflash.rl.config import ObjectiveConfig
+from fireflash.runtime.servers import DiskSyncedEngine, connect_local_trainer
+from fireflash.training.config import TrainerConfig
+from fireflash.training.fsdp import free_port
+from fireflash.training.trainer import Trainer
+
+pytestmark = pytest.mark.integration
+VOCAB = 97
+PROMPT = [5, 9, 13, 2, 7, 11]
+PARAMS = SamplingParams(temperature=1.0, max_new_tokens=6, n_top_logprobs=4, seed=3)
+
+
+def _teacher_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + tokens[:-1]])
+    with torch.no_grad():
+        logq = torch.log_softmax(model(ids).logits[0, len(prompt) - 1 :].float(), -1)
+    return logq.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+@pytest.fixture
+def server(tmp_path):
+    build_tiny_model(VOCAB, seed=0).save_pretrained(tmp_path / "model")
+    port = free_port()
+    process = launch_fireflash_server(str(tmp_path / "model"), port, {"num_threads": 1}, timeout_sec=120,
+                                      log_path=tmp_path / "server.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.mark.parametrize("mode", ["collective", "disk"])
+def test_trainer_weights_reach_the_server_after_each_update(server, tmp_path, mode):
+    trainer_model = build_tiny_model(VOCAB, seed=7)  # not the server's weights: an update must change its outputs
+    trainer = Trainer(trainer_model, None, TrainerConfig(), ObjectiveConfig(), temperature=1.0)
+
+    async def run():
+        engine = await connect_local_trainer(SGLangEngine(server), trainer, mode, tmp_path / "weights", 60)
+        assert isinstance(engine, DiskSyncedEngine) == (mode == "disk")
+        request = GenerateRequest(request_id="r", prompt_ids=PROMPT, params=PARAMS)
+        (before,) = await engine.generate([request])
+        results = []
+        for version in (1, 2):
+            with torch.no_grad():  # a different model each time, as after an optimizer step
+                for p in trainer_model.parameters():
+                    p.mul_(0.9)
+            await engine.update_weights(trainer.state_dict(), version)
+            (res,) = await engine.generate([request])
+            results.append((version, res, _teacher_logprobs(trainer_model, PROMPT, res.token_ids)))
+        await engine.close()
+        return before, results
+
+    before, results = asyncio.run(run())
+    assert before.weight_version == 0
+    for version, res, teacher in results:
+        assert res.weight_version == version
+        torch.testing.assert_close(torch.tensor(res.logprobs), teacher, atol=1e-5, rtol=0)
+    assert results[0][1].logprobs != results[1][1].logprobs
+    if mode == "disk":
+        assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["weights-v000001", "weights-v000002"]
