@@ -158,6 +158,19 @@ def flags_from_args(args: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def die_with_parent_hook() -> None:
+    """A ``Popen(preexec_fn=...)`` that makes the kernel SIGKILL the child when the thread that started it exits
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing). Start servers from a thread that lives as long as their owner
+    (a sync Ray actor's constructor and methods run on its main thread), so a killed actor leaves no server holding
+    its GPUs behind."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
 def wait_until_healthy(
     url: str, process: subprocess.Popen | None, timeout_sec: float, path: str = "/health"
 ) -> None:

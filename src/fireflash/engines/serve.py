@@ -78,7 +78,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from fireflash.engines.http import wait_until_healthy
+from fireflash.engines.http import die_with_parent_hook, wait_until_healthy
 from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group
 from fireflash.protocols import Engine, GenerateRequest, SamplingParams
 
@@ -151,6 +151,7 @@ class _DistributedUpdate(_Body):
     group_name: str = "weight_update_group"
     weight_version: str | int
     flush_cache: bool = True
+    abort_all_requests: bool = False
     load_format: None = None
 
 
@@ -442,6 +443,9 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
         return f"Joined weight-update group {name!r} as rank {body.rank_offset} of {body.world_size}."
 
     async def update_from_distributed(body: _DistributedUpdate) -> str:
+        if body.abort_all_requests:
+            raise BadRequest(("abort_all_requests",), "abort_all_requests is not supported: in-flight requests "
+                             "finish on the weights they started with")
         version = _version(body.weight_version)
         group, backend = service.groups.get(body.group_name)
         if not len(body.names) == len(body.dtypes) == len(body.shapes):
@@ -654,6 +658,7 @@ def launch_fireflash_server(
     log_path: Path | None = None,
     host: str = "127.0.0.1",
     weight_sync_timeout_sec: float = 300.0,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen:
     """Start FireFlash's server in a child process and wait for ``/health`` (mirrors ``launch_sglang``); the caller
     terminates the returned process (SIGTERM closes it cleanly).
@@ -666,13 +671,15 @@ def launch_fireflash_server(
         log_path: the child's stdout and stderr; None discards them.
         host: interface to listen on ('0.0.0.0' for every interface; health is then asked on 127.0.0.1).
         weight_sync_timeout_sec: see ``build_app``.
+        die_with_parent: the kernel kills the server when the calling thread's process dies (``http.die_with_parent``).
 
     Raises:
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
     """
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     command = fireflash_server_command(model_path, port, args, host, weight_sync_timeout_sec)
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=die_with_parent_hook if die_with_parent else None)
     local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     try:
         wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)

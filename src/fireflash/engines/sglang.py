@@ -41,6 +41,7 @@ from fireflash.engines.http import (
     EngineHTTPError,
     EngineRequestError,
     JSONClient,
+    die_with_parent_hook,
     flags_from_args,
     wait_until_healthy,
 )
@@ -179,14 +180,15 @@ class SGLangEngine:
             },
         )
 
-    async def destroy_weight_sync(self) -> None:
-        """Ask the server to leave the weight-update group ``group_name`` (``/destroy_weights_update_group``), e.g.
-        before a new group is formed without a member that died.
+    async def destroy_weight_sync(self, group_name: str | None = None) -> None:
+        """Ask the server to leave the weight-update group ``group_name`` (default: this client's
+        ``group_name``) through ``/destroy_weights_update_group``, e.g. once a new group is formed without a member
+        that died.
 
         Raises:
             EngineRequestError: the server is not in that group.
         """
-        await self._checked("/destroy_weights_update_group", {"group_name": self.group_name})
+        await self._checked("/destroy_weights_update_group", {"group_name": group_name or self.group_name})
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
         """Install new weights tagged ``version``: a directory via disk, a state dict via NCCL.
@@ -285,11 +287,15 @@ def launch_sglang(
     timeout_sec: float = 600.0,
     log_path: Path | None = None,
     host: str = "127.0.0.1",
+    die_with_parent: bool = False,
 ) -> subprocess.Popen:
-    """Start an SGLang server and wait for ``/health``; the caller terminates the returned process.
+    """Start an SGLang server and wait for ``/health``; the caller terminates the returned process (it is killed
+    here if it never becomes healthy).
 
     ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is removed from its environment so logprobs are post-temperature.
     ``host``: the interface it listens on ('0.0.0.0': every interface; health is then asked on 127.0.0.1).
+    ``die_with_parent``: the kernel kills the server when the calling thread's process dies
+    (``http.die_with_parent_hook``).
 
     Raises:
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
@@ -297,8 +303,13 @@ def launch_sglang(
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_RETURN_ORIGINAL_LOGPROB"}
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     process = subprocess.Popen(
-        sglang_command(model_path, port, args, host), env=env, stdout=log, stderr=subprocess.STDOUT
+        sglang_command(model_path, port, args, host), env=env, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=die_with_parent_hook if die_with_parent else None,
     )
     local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
+    try:
+        wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
+    except BaseException:
+        process.kill()
+        raise
     return process

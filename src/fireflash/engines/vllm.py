@@ -265,5 +265,9 @@ def launch_vllm(
     process = subprocess.Popen(
         vllm_command(model_path, port, args), env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    wait_until_healthy(f"http://127.0.0.1:{port}", process, timeout_sec)
+    try:
+        wait_until_healthy(f"http://127.0.0.1:{port}", process, timeout_sec)
+    except BaseException:  # never leave a half-started server holding its GPUs
+        process.kill()
+        raise
     return process
