@@ -57,6 +57,10 @@ class RayConfig(BaseModel):
         3, ge=0, description="Times Ray restarts a dead rollout worker or engine server; its in-flight attempts are "
         "retried (runtime.max_attempt_retries) or counted as lost."
     )
+    engine_start_timeout_sec: float = Field(
+        900.0, gt=0, description="Seconds a launched engine server may take to answer (model load, CUDA graphs), at "
+        "start and after a restart; one that stays away longer is out for good."
+    )
     worker_start_timeout_sec: float = Field(
         300.0, gt=0, description="Seconds to wait for a (re)started actor to answer before it counts as dead."
     )

@@ -157,11 +157,13 @@ async def _train_ray(
 
         servers = dict(
             build_server=None if cfg.engine.url else partial(
-                launch_engine_server, engine=cfg.engine, model_dir=str(start_dir), log_dir=str(run_dir.resolve() / "engines"),
+                launch_engine_server, engine=cfg.engine, model_dir=str(start_dir), num_cpus=placement.cpus_per_engine,
+                log_dir=str(run_dir.resolve() / "engines"), timeout_sec=rt.ray.engine_start_timeout_sec,
             ),
             engine_urls=[cfg.engine.url] if cfg.engine.url else [],
-            connect_server=partial(connect_engine, cfg.engine),
+            connect_server=partial(connect_engine, cfg.engine, control=True),
             weight_sync=cfg.engine.weight_sync, weight_sync_timeout_sec=cfg.engine.weight_sync_timeout_sec,
+            engine_start_timeout_sec=rt.ray.engine_start_timeout_sec,
         )
     try:
         import ray

@@ -65,6 +65,7 @@ from fireflash.runtime.servers import (
     EnginesLost,
     ServerBuilder,
     ServerClient,
+    ServerState,
     ServerWeightSync,
 )
 from fireflash.runtime.tracking import MetricsWriter
@@ -160,6 +161,7 @@ class RayRuntime:
         weight_sync: 'collective' (one broadcast from trainer rank 0 through a weight-update group: NCCL on GPUs,
             gloo on CPU) or 'disk' (an HF directory under ``run_dir/weights`` that every server loads).
         weight_sync_timeout_sec: a server that does not join the group, or a transfer that stalls, fails after this.
+        engine_start_timeout_sec: how long a launched server may take to answer, at start and after a restart.
         Others: as ``LocalRuntime``.
     """
 
@@ -195,6 +197,7 @@ class RayRuntime:
         connect_server: ServerClient | None = None,
         weight_sync: Literal["collective", "disk"] = "collective",
         weight_sync_timeout_sec: float = 300.0,
+        engine_start_timeout_sec: float = 900.0,
     ) -> None:
         if not placement.engines_in_workers and connect_server is None:
             raise ValueError("engine servers need connect_server (url → client) to push weights to them")
@@ -236,6 +239,8 @@ class RayRuntime:
         self._servers_changed = asyncio.Condition()  # a server went up, down or dead
         self._sync_lock = asyncio.Lock()  # one weight-update group operation at a time
         self._recoveries: set[asyncio.Task[None]] = set()
+        self.server_errors: list[tuple[int, str]] = []  # (server index, why it is out for good)
+        self.engine_start_timeout_sec = engine_start_timeout_sec
         self._busy_seen: dict[tuple[int, int], float] = {}  # (worker, pid) → engine busy seconds last read
         self._pg: Any = None
 
@@ -309,8 +314,14 @@ class RayRuntime:
                 raise WorkersLost(f"rollout worker {w.index} could not start: {pid}") from pid
             w.pid = pid
         launched_servers = [s for s in self.servers if s.handle is not None]
-        async with asyncio.timeout(self.start_timeout_sec):
-            infos = await asyncio.gather(*(s.handle.ping.remote() for s in launched_servers), return_exceptions=True)
+        try:
+            async with asyncio.timeout(self.engine_start_timeout_sec):
+                infos = await asyncio.gather(*(s.handle.ping.remote() for s in launched_servers), return_exceptions=True)
+        except TimeoutError:
+            raise EnginesLost(
+                f"engine servers did not answer within runtime.ray.engine_start_timeout_sec = "
+                f"{self.engine_start_timeout_sec:g} s; raise it for large models (see runs' engines/engine-N.log)"
+            ) from None
         for s, info in zip(launched_servers, infos):
             if isinstance(info, BaseException):
                 raise EnginesLost(f"engine server {s.index} could not start: {info}") from info
@@ -325,56 +336,61 @@ class RayRuntime:
         if self.writer is not None:  # rows a killed run wrote past its checkpoint describe steps run again
             self.writer.drop_after(self.trainer.step)
         if self.servers:  # form the weight-update group (and tag a resumed run's weights with their version)
-            await self._sync_servers(self.trainer.weight_version)
+            async with self._sync_lock:
+                await self._sync_servers()
         elif self.trainer.weight_version:  # engines were built from the checkpoint's weights: tag them
             await self._publish()
 
     async def _publish(self) -> None:
-        if self.servers:
-            await self._sync_servers(self.trainer.weight_version)
-            return
         for w, e in await self.publisher.publish(self.trainers, self.workers, self.trainer.weight_version):
             await self._recover(w, e)
 
     # ---- engine servers -----------------------------------------------------------------------------
 
-    async def _set_state(self, s: EngineServer, state: str) -> None:
+    async def _set_state(self, s: EngineServer, state: ServerState) -> None:
         s.state = state
         async with self._servers_changed:
             self._servers_changed.notify_all()
 
-    async def _sync_servers(self, version: int) -> None:
-        """Push the trainer's weights, tagged ``version``, to every server that is up or rejoining.
+    async def _sync_servers(self) -> None:
+        """Push the trainer's current weights, tagged with its version, to every server that is up or rejoining.
 
-        A member that fails during the update is dropped (and recovered in the background), and the group is
-        formed anew without it; servers that took the update are 'up' (they get attempts).
+        Call with ``_sync_lock`` held: the trainer takes no step meanwhile, so the weights sent are the version's.
+        Members are pinged first; one that fails during the update is dropped (and recovered in the background)
+        and the group is formed anew without it. Servers that took the update are 'up' (they get attempts).
 
         Raises:
             EnginesLost: every server died for good.
+            Exception: the update failed ``len(servers) + 1`` times with every member answering pings (the last error).
         """
-        assert self.server_sync is not None
-        async with self._sync_lock:
-            for _ in range(len(self.servers) + 1):
-                members = [s for s in self.servers if s.state in ("up", "joining")]
-                if not members:
-                    if all(s.state == "dead" for s in self.servers):
-                        raise EnginesLost("every engine server died (runtime.ray.max_worker_restarts spent)")
-                    return  # they are restarting; each one syncs itself when it is back
-                urls = [s.url for s in members]
-                try:
-                    await self.server_sync.join(self.trainers, urls)
-                    await self.server_sync.publish(self.trainers, urls, version)
-                except Exception as e:  # noqa: BLE001 - a member died mid-update: find it, drop it, try again
-                    last = e
-                    self.server_sync.reset()
-                    for s in members:
-                        await self._check_server(s)
-                    continue
-                for s in members:
-                    if s.state == "joining":
-                        await self._set_state(s, "up")
-                return
-            raise last
+        assert self.server_sync is not None and self._sync_lock.locked()
+        last: Exception | None = None
+        for _ in range(len(self.servers) + 1):
+            for s in [s for s in self.servers if s.state in ("up", "joining")]:
+                await self._check_server(s)
+            members = [s for s in self.servers if s.state in ("up", "joining")]
+            if not members:
+                if all(s.state == "dead" for s in self.servers):
+                    raise EnginesLost(self._lost_message())
+                return  # they are restarting; each one syncs itself when it is back
+            urls = [s.url for s in members]
+            try:
+                await self.server_sync.join(self.trainers, urls)
+                await self.server_sync.publish(self.trainers, urls, self.trainer.weight_version)
+            except Exception as e:  # noqa: BLE001 - a member died mid-update: find it, drop it, try again
+                last = e
+                self.server_sync.reset()
+                continue
+            for s in members:
+                if s.state == "joining":
+                    await self._set_state(s, "up")
+            return
+        assert last is not None
+        raise last
+
+    def _lost_message(self) -> str:
+        why = "; ".join(f"server {i}: {e}" for i, e in self.server_errors) or "their restarts are spent"
+        return f"every engine server died (runtime.ray.max_worker_restarts = {self.max_restarts}): {why}"
 
     async def _check_server(self, s: EngineServer) -> None:
         """Ping ``s``; if it died or was restarted, mark it down and recover it in the background."""
@@ -397,31 +413,50 @@ class RayRuntime:
         task.add_done_callback(self._recoveries.discard)
 
     async def _recover_server(self, s: EngineServer) -> None:
-        """Wait for Ray to restart ``s`` (its actor launches the server again), then rejoin and catch it up."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError
+        """Wait for Ray to restart ``s`` (its actor launches the server again), then rejoin and catch it up.
+
+        A server that does not come back within ``engine_start_timeout_sec``, or whose recovery fails in any other
+        way, is 'dead' and the error is kept for the message ``EnginesLost`` gives once none is left.
+        """
+        from ray.exceptions import ActorUnavailableError
 
         assert self.server_sync is not None
-        old = s.url
-        await self.server_sync.forget(old)
-        await asyncio.gather(*(w.handle.forget_server.remote(old) for w in self.workers if w.alive),
-                             return_exceptions=True)
         try:
-            async with asyncio.timeout(self.start_timeout_sec):
-                while True:
-                    try:
-                        pid, url = await s.handle.ping.remote()
-                        break
-                    except ActorUnavailableError:  # restarting
-                        await asyncio.sleep(0.5)
-        except (ActorDiedError, TimeoutError):
+            old = s.url
+            await self.server_sync.forget(old)
+            await asyncio.gather(*(w.handle.forget_server.remote(old) for w in self.workers if w.alive),
+                                 return_exceptions=True)
+            try:
+                async with asyncio.timeout(self.engine_start_timeout_sec):
+                    while True:
+                        try:
+                            pid, url = await s.handle.ping.remote()
+                            break
+                        except ActorUnavailableError:  # restarting
+                            await asyncio.sleep(0.5)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"not back within runtime.ray.engine_start_timeout_sec = {self.engine_start_timeout_sec:g} s"
+                ) from None
+            if pid != s.pid:  # a ping that timed out on a live server brings back the same process
+                s.restarts += 1
+            s.pid, s.url = pid, url
+            await self._set_state(s, "joining")
+            backoff = 1.0
+            while s.state == "joining":  # until it took an update, or died again (then another recovery runs)
+                try:
+                    async with self._sync_lock:
+                        await self._sync_servers()
+                except EnginesLost:
+                    raise
+                except Exception:  # noqa: BLE001 - every member answers but the update failed: wait, try again
+                    await asyncio.sleep(backoff)
+                    backoff = min(2 * backoff, 30.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - out for good (ActorDiedError included); EnginesLost says why if none is left
+            self.server_errors.append((s.index, f"{type(e).__name__}: {e}"))
             await self._set_state(s, "dead")
-            return
-        s.pid, s.url, s.restarts = pid, url, s.restarts + 1
-        await self._set_state(s, "joining")
-        try:
-            await self._sync_servers(self.trainer.weight_version)
-        except Exception:  # noqa: BLE001 - it stays 'joining': the next step's update takes it in again
-            pass
 
     async def _pick_server(self) -> EngineServer:
         """The 'up' server with the fewest attempts in flight; waits while none is up.
@@ -435,7 +470,7 @@ class RayRuntime:
             )
         up = [s for s in self.servers if s.state == "up"]
         if not up:
-            raise EnginesLost(f"every engine server died (runtime.ray.max_worker_restarts = {self.max_restarts} spent)")
+            raise EnginesLost(self._lost_message())
         return min(up, key=lambda s: (s.inflight, s.index))
 
     async def _recover(self, w: _Worker, error: BaseException) -> None:
@@ -518,9 +553,10 @@ class RayRuntime:
 
         start, errors = time.perf_counter(), []
         while len(errors) <= self.max_retries:
-            w = self._pick()
-            # with engine servers the driver retries (each try may go to another server), so the worker tries once
+            # with engine servers the driver retries (each try may go to another server), so the worker tries once;
+            # the server first: it may have to wait for one to be up, and the workers' loads change meanwhile
             server = await self._pick_server() if self.servers else None
+            w = self._pick()
             w.inflight += 1
             if server is not None:
                 server.inflight += 1
@@ -604,9 +640,15 @@ class RayRuntime:
                 return
             groups, waited = batch
             groups_ref = ray.put(groups)  # one copy in the object store, read by every trainer rank
-            results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
-            metrics, self.trainer.step, self.trainer.weight_version = results[0]
-            await self._publish()
+            if self.servers:  # the lock: a recovering server's catch-up never sends this step's weights as the last
+                async with self._sync_lock:
+                    results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
+                    metrics, self.trainer.step, self.trainer.weight_version = results[0]
+                    await self._sync_servers()
+            else:
+                results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
+                metrics, self.trainer.step, self.trainer.weight_version = results[0]
+                await self._publish()
             trainer_busy += metrics["step_sec"]
             wall = time.perf_counter() - wall0
             live = max(sum(w.alive for w in self.workers), 1)
@@ -648,6 +690,7 @@ class RayRuntime:
         Raises:
             PlacementError: the cluster lacks the GPUs the placement needs.
             WorkersLost: every rollout worker died for good.
+            EnginesLost: every engine server died for good (or none started).
             ray.exceptions.RayError: a trainer worker failed (resume from the last checkpoint).
         """
         loops: list[asyncio.Task[None]] = []

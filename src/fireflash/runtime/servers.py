@@ -12,14 +12,21 @@
                                                                           server loads it (/update_weights_from_disk)
 
 RECIPE.md §1: the trainer pushes new weights to the inference engines after every step (reference: NCCL) and
-in-flight attempts continue; each result carries the version the server reports. The group's members are the
-servers that are up: a server that dies is dropped from it (the group is formed anew without it) and joins a
-new group when Ray has restarted it, so one dead engine never stalls the others' updates.
+in-flight attempts continue; each result carries the version the server reports. No pause is sent: SGLang takes
+an update once the requests it is sampling have finished (its model-update lock) and holds new ones until it is
+done, so every turn is sampled by one version, and the trainer's broadcast waits meanwhile — so
+``engine.weight_sync_timeout_sec`` must exceed the longest turn. FireFlash's own server installs between decode
+steps, with the same one-version-per-turn result. The group's members are the servers that are up (each is
+pinged before the group is formed and before every update): a server that dies is dropped (the group is formed
+anew without it) and joins a new group when Ray has restarted it.
 
-Simplifications, named: a server that is alive but hangs is not detected (its requests time out and cost
-their attempts' tries); vLLM servers are not driven here, because vLLM's weight transfer needs its own
-trainer-side communicator (``engines/vllm.py``); an ``engine.url`` given in the config is used as one external
-server that FireFlash neither launches nor restarts.
+Simplifications, named: a server that dies in the middle of a transfer leaves trainer rank 0 blocked in the
+collective until ``weight_sync_timeout_sec`` (gloo then raises and the update is retried without it; NCCL's
+watchdog may abort the trainer process, which ends the run: ``--resume`` continues from the last checkpoint); a
+server that is alive but hangs is not detected (its requests time out and cost their attempts' tries); vLLM
+servers are not driven here, because vLLM's weight transfer needs its own trainer-side communicator
+(``engines/vllm.py``); an ``engine.url`` given in the config is used as one external server that FireFlash neither
+launches nor restarts.
 """
 
 from __future__ import annotations
@@ -102,14 +109,16 @@ _LOCAL_ENGINE_FIELDS = (
 
 
 def launch_engine_server(
-    index: int, *, engine: EngineConfig, model_dir: str, log_dir: str, timeout_sec: float = 900.0
+    index: int, *, engine: EngineConfig, model_dir: str, log_dir: str, num_cpus: float, timeout_sec: float = 900.0
 ) -> ProcessServer:
     """The default ``ServerBuilder`` of ``fireflash train`` (use with ``functools.partial``): one server on a
-    free port of this node, listening on every interface, its log in ``log_dir/engine-{index}.log``.
+    free port of this node, listening on every interface, its log in ``log_dir/engine-{index}.log``; the kernel
+    kills it when the actor's process dies, so a restarted actor never finds the old server on its GPUs.
 
     ``engine.server = 'native'`` launches SGLang itself with its own flags ``engine.args`` passed through;
     ``'fireflash'`` launches FireFlash's SGLang-compatible server over the local transformers engine (CPU nodes),
-    configured by the section's local-engine fields.
+    configured by the section's local-engine fields, with the actor's CPU reservation ``num_cpus`` as its thread
+    budget unless ``engine.num_threads`` is set.
 
     Raises:
         ValueError: a kind other than 'sglang'.
@@ -127,22 +136,32 @@ def launch_engine_server(
         from fireflash.engines.serve import launch_fireflash_server
 
         local = {k: getattr(engine, k) for k in _LOCAL_ENGINE_FIELDS}
+        local["num_threads"] = engine.num_threads or max(1, int(num_cpus))
         process = launch_fireflash_server(
             model_dir, port, local, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0",
-            weight_sync_timeout_sec=engine.weight_sync_timeout_sec,
+            weight_sync_timeout_sec=engine.weight_sync_timeout_sec, die_with_parent=True,
         )
     else:
         from fireflash.engines.sglang import launch_sglang
 
-        process = launch_sglang(model_dir, port, engine.args, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0")
+        process = launch_sglang(model_dir, port, engine.args, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0",
+                                die_with_parent=True)
     return ProcessServer(process, f"http://{_node_ip()}:{port}")
 
 
-def connect_engine(engine: EngineConfig, url: str) -> Engine:
-    """A client of the server at ``url`` with the ``engine`` section's settings (``functools.partial`` it)."""
+def connect_engine(engine: EngineConfig, url: str, control: bool = False) -> Engine:
+    """A client of the server at ``url`` with the ``engine`` section's settings (``functools.partial`` it).
+
+    ``control``: the driver's client for weight updates: never retried (a repeated ``/init_weights_update_group``
+    or receive would wait for a broadcast that never comes) and allowed the whole ``weight_sync_timeout_sec``.
+    """
     from fireflash.engines import make_engine
 
-    return make_engine(engine.model_copy(update={"url": url}), "")
+    update: dict[str, Any] = {"url": url}
+    if control:
+        update |= {"max_retries": 0,
+                   "request_timeout_sec": max(engine.request_timeout_sec, engine.weight_sync_timeout_sec + 60)}
+    return make_engine(engine.model_copy(update=update), "")
 
 
 class EngineServerWorker:
@@ -222,19 +241,22 @@ def save_weights(model: Any, tokenizer: Any, state: Mapping[str, Any], root: Pat
     return path
 
 
+ServerState = Literal["starting", "joining", "up", "down", "dead"]
+
+
 @dataclass
 class EngineServer:
     """The driver's view of one engine server (an actor, or an external URL when ``handle`` is None).
 
     ``state``: 'starting' (launching), 'joining' (up, not yet holding the newest weights), 'up' (gets attempts),
-    'down' (died or restarted; being recovered), 'dead' (its restarts spent).
+    'down' (died or restarted; being recovered), 'dead' (its restarts spent, or its recovery failed).
     """
 
     index: int
     handle: Any = None
     url: str = ""
     pid: int = 0
-    state: str = "starting"
+    state: ServerState = "starting"
     inflight: int = 0
     restarts: int = 0
 
@@ -265,9 +287,10 @@ class ServerWeightSync:
         self.backend, self.weights_dir, self.timeout_sec = backend, Path(weights_dir), timeout_sec
         self.clients: dict[str, Any] = {}  # by URL
         self.members: tuple[str, ...] = ()  # URLs of the current group, in rank order
+        self.group_of: dict[str, str] = {}  # URL → the group it joined last (left before it joins another)
+        self._leaving: set[asyncio.Future[Any]] = set()  # leave calls still running
         self.generation = 0
         self.specs: list[Any] | None = None
-        self.version = 0  # the newest version every member holds
 
     def _client(self, url: str) -> Any:
         if url not in self.clients:
@@ -278,17 +301,19 @@ class ServerWeightSync:
         """Form a new weight-update group of trainer rank 0 and the servers at ``urls`` (collective mode)."""
         if self.mode != "collective" or tuple(urls) == self.members:
             return
-        # survivors of the last group leave it first (a gloo group holds sockets, an NCCL one GPU memory); best
-        # effort: a server that cannot answer is about to be dropped anyway
-        await asyncio.gather(*(self._client(u).destroy_weight_sync() for u in self.members if u in self.clients),
-                             return_exceptions=True)
+        # servers leave the group they joined last (a gloo group holds sockets, an NCCL one GPU memory), in the
+        # background: after a failed transfer a survivor is still receiving on it until weight_sync_timeout_sec,
+        # and its leave waits for that; the new group, under a new name, does not
+        for u in urls:
+            if u in self.group_of:
+                self._background(self._client(u).destroy_weight_sync(self.group_of.pop(u)))
         self.generation += 1
         name = f"fireflash-weights-{self.generation}"
         address, port = await trainers[0].address.remote()
         world = 1 + self.ranks_per_server * len(urls)
         clients = [self._client(u) for u in urls]
-        for c in clients:
-            c.group_name = name
+        for u, c in zip(urls, clients):
+            c.group_name = self.group_of[u] = name
         await asyncio.gather(
             trainers[0].join_weight_group.remote(address, port, world, self.backend, name, self.timeout_sec),
             *(c.init_weight_sync(address, port, world, rank_offset=1 + i * self.ranks_per_server, backend=self.backend)
@@ -308,8 +333,8 @@ class ServerWeightSync:
             Any client or actor error: a server failed during the update (the caller drops it and retries).
         """
         if self.mode == "collective":
-            assert tuple(urls) == self.members, "join the servers before publishing to them"
-            assert self.specs is not None
+            if tuple(urls) != self.members or self.specs is None:
+                raise RuntimeError(f"publish to {list(urls)} but the group holds {list(self.members)}: join them first")
             await asyncio.gather(
                 *(t.broadcast_weights.remote() for t in trainers),
                 *(self._client(u).receive_broadcast(self.specs, version) for u in urls),
@@ -318,19 +343,27 @@ class ServerWeightSync:
             paths = await asyncio.gather(*(t.save_weights.remote(str(self.weights_dir), version) for t in trainers))
             path = Path(next(p for p in paths if p))
             await asyncio.gather(*(self._client(u).update_weights(path, version) for u in urls))
-        self.version = version
+
+    def _background(self, call: Any) -> None:
+        """Run a best-effort control call without waiting for it (its failure changes nothing)."""
+        task = asyncio.ensure_future(call)
+        self._leaving.add(task)
+        task.add_done_callback(lambda t: (self._leaving.discard(t), t.cancelled() or t.exception()))
 
     def reset(self) -> None:
         """Forget the current group after a failed update: the next ``join`` forms a new one."""
         self.members = ()
 
     async def forget(self, url: str) -> None:
-        """Drop the client of a server that moved or died."""
+        """Drop the client of a server that moved or died (its process, and its groups, are gone)."""
+        self.group_of.pop(url, None)
         client = self.clients.pop(url, None)
         if client is not None and hasattr(client, "close"):
             await client.close()
 
     async def close(self) -> None:
+        for task in self._leaving:
+            task.cancel()
         for url in list(self.clients):
             await self.forget(url)
 
@@ -374,9 +407,15 @@ async def connect_local_trainer(
         return DiskSyncedEngine(engine, trainer.model, trainer.tokenizer, weights_dir)
     if not hasattr(engine, "init_weight_sync") or not hasattr(engine, "broadcast"):
         raise ValueError(f"engine {type(engine).__name__} cannot join a weight-update group; use engine.weight_sync = 'disk'")
+    from urllib.parse import urlsplit
+
     from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
 
-    address, port = "127.0.0.1", _free_port()
+    # the address the server reaches this process at: the local end of a connection to it
+    where = urlsplit(engine.http.base_url)
+    with socket.create_connection((where.hostname, where.port or 80), timeout=30) as probe:
+        address = probe.getsockname()[0]
+    port = _free_port()
     _, group = await asyncio.gather(
         engine.init_weight_sync(address, port, world_size=2, backend="gloo"),
         asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name, timeout_sec),
