@@ -28,7 +28,8 @@ class EngineConfig(BaseModel):
     )
     weight_sync_timeout_sec: float = Field(
         300.0, gt=0, description="A server that does not join the weight-update group, or a transfer that stalls, "
-        "fails after this many seconds (the server is then dropped and recovered)."
+        "fails after this many seconds. SGLang takes an update once the turns it is sampling have finished, so this "
+        "must exceed the longest turn; a failed member is dropped, recovered and caught up."
     )
     max_batch_size: int = Field(
         16, ge=1, description="Concurrent sequences decoded together by the local engine."
