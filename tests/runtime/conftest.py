@@ -6,8 +6,11 @@ the others a wrong one, so groups have reward variance (or none, when every atte
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +62,30 @@ def setup():
     harness = HarnessConfig(max_turns=3, context_window_tokens=4096, max_total_tokens=8192,
                             sampling=SamplingConfig(max_new_tokens_per_turn=64, n_top_logprobs=32))
     return tok, trainer, engine, harness
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance for one test module; its actors import this folder's modules (the builders)."""
+    ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install -e '.[dev]' installs it)")
+    before = os.environ.get("PYTHONPATH")
+    # Ray's workers inherit this environment: they import the test modules' builders by module name
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), before]))
+    start = time.perf_counter()
+    for tries_left in (1, 0):
+        try:
+            ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)  # logical CPUs for the actors
+            break
+        except Exception:  # noqa: BLE001 - Ray raises a bare Exception when its agents start too slowly
+            ray.shutdown()  # on a loaded 2-core machine that happens now and then: try once more
+            if not tries_left:
+                raise
+    print(f"ray.init: {time.perf_counter() - start:.1f} s")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +28,6 @@ from fireflash.tasks import bundled_tasks  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
-HERE = Path(__file__).parent
 OBJECTIVE = ObjectiveConfig(loss_floor_tokens=64)
 
 
@@ -100,29 +97,6 @@ def _runtime(tmp_path, trainer_workers: int, steps: int) -> RayRuntime:
     )
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    before = os.environ.get("PYTHONPATH")
-    # Ray's workers inherit this environment: they import the builders above by module name
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), before]))
-    start = time.perf_counter()
-    for tries_left in (1, 0):
-        try:
-            ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)  # logical CPUs: one per actor
-            break
-        except Exception:  # noqa: BLE001 - Ray raises a bare Exception when its agents start too slowly
-            ray.shutdown()  # on a loaded 2-core machine that happens now and then: try once more
-            if not tries_left:
-                raise
-    print(f"ray.init: {time.perf_counter() - start:.1f} s")
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 def _fsdp_available() -> bool:

@@ -30,7 +30,6 @@ from fireflash.tasks import bundled_tasks  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
-HERE = Path(__file__).parent
 
 
 def _solves(group: int, attempt: int) -> bool:
@@ -122,26 +121,6 @@ def _runtime(tmp_path: Path, trainer_workers: int, engines: int, steps: int, wei
     )
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), before]))  # actors import the builders
-    for tries_left in (1, 0):
-        try:
-            ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception:  # noqa: BLE001 - Ray raises a bare Exception when its agents start too slowly
-            ray.shutdown()
-            if not tries_left:
-                raise
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 def _updates(tmp_path: Path) -> list[dict]:

@@ -171,6 +171,38 @@ def die_with_parent_hook() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
+def start_server(
+    command: list[str],
+    port: int,
+    timeout_sec: float,
+    *,
+    host: str = "127.0.0.1",
+    log_path: Any = None,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen:
+    """Run a server ``command`` listening on ``host:port``, wait for its ``/health``, and return the process (the
+    caller terminates it). One that never becomes healthy is killed here, so it never holds its GPUs.
+
+    Args:
+        log_path: the child's stdout and stderr; None discards them.
+        die_with_parent: the kernel kills the server when the calling thread's process dies (``die_with_parent_hook``).
+
+    Raises:
+        EngineHTTPError: the server exited or did not become healthy in time (see its log).
+    """
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    process = subprocess.Popen(command, env=None if env is None else dict(env), stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=die_with_parent_hook if die_with_parent else None)
+    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # every interface: ask on loopback
+    try:
+        wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
 def wait_until_healthy(
     url: str, process: subprocess.Popen | None, timeout_sec: float, path: str = "/health"
 ) -> None:

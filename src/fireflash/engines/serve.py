@@ -78,7 +78,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from fireflash.engines.http import die_with_parent_hook, wait_until_healthy
+from fireflash.engines.http import start_server
 from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group
 from fireflash.protocols import Engine, GenerateRequest, SamplingParams
 
@@ -676,17 +676,8 @@ def launch_fireflash_server(
     Raises:
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
     """
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     command = fireflash_server_command(model_path, port, args, host, weight_sync_timeout_sec)
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               preexec_fn=die_with_parent_hook if die_with_parent else None)
-    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    try:
-        wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
-    except BaseException:
-        process.kill()
-        raise
-    return process
+    return start_server(command, port, timeout_sec, host=host, log_path=log_path, die_with_parent=die_with_parent)
 
 
 def main(argv: list[str] | None = None) -> None:

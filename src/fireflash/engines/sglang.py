@@ -41,9 +41,8 @@ from fireflash.engines.http import (
     EngineHTTPError,
     EngineRequestError,
     JSONClient,
-    die_with_parent_hook,
     flags_from_args,
-    wait_until_healthy,
+    start_server,
 )
 from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
@@ -301,15 +300,5 @@ def launch_sglang(
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
     """
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_RETURN_ORIGINAL_LOGPROB"}
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
-    process = subprocess.Popen(
-        sglang_command(model_path, port, args, host), env=env, stdout=log, stderr=subprocess.STDOUT,
-        preexec_fn=die_with_parent_hook if die_with_parent else None,
-    )
-    local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    try:
-        wait_until_healthy(f"http://{local}:{port}", process, timeout_sec)
-    except BaseException:
-        process.kill()
-        raise
-    return process
+    return start_server(sglang_command(model_path, port, args, host), port, timeout_sec, host=host, log_path=log_path,
+                        env=env, die_with_parent=die_with_parent)

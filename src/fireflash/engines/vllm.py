@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import torch
 
-from fireflash.engines.http import EngineHTTPError, JSONClient, flags_from_args, wait_until_healthy
+from fireflash.engines.http import EngineHTTPError, JSONClient, flags_from_args, start_server
 from fireflash.engines.weights import Broadcast, TensorSpec, read_weights, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
@@ -261,13 +261,4 @@ def launch_vllm(
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
     """
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
-    process = subprocess.Popen(
-        vllm_command(model_path, port, args), env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        wait_until_healthy(f"http://127.0.0.1:{port}", process, timeout_sec)
-    except BaseException:  # never leave a half-started server holding its GPUs
-        process.kill()
-        raise
-    return process
+    return start_server(vllm_command(model_path, port, args), port, timeout_sec, log_path=log_path, env=env)
