@@ -189,8 +189,8 @@ class EngineServerWorker:
 class TrainerWeightSender:
     """Trainer rank 0's end of the weight-update group with the servers (lives in the trainer worker).
 
-    Every trainer rank calls ``specs`` / ``broadcast`` / ``save``: a sharded trainer gathers its full weights
-    collectively, and only rank 0 (whose ``state_dict`` holds them) sends or writes.
+    Every trainer rank runs ``TrainerWorker.weight_specs`` / ``broadcast_weights`` / ``save_weights``: a sharded
+    trainer gathers its full weights collectively, and only rank 0 (whose ``state_dict`` holds them) sends or writes.
     """
 
     def __init__(self) -> None:
