@@ -39,9 +39,22 @@ def test_cost_per_solve():
 
 def test_config_prices_win_and_cached_defaults_to_input():
     p = resolve_prices(PricesConfig(input_usd_per_mtok=1.0, output_usd_per_mtok=3.0, reference_model="gpt-4o"), "x")
-    assert (p.input_usd_per_mtok, p.cached_input_usd_per_mtok, p.output_usd_per_mtok, p.source) == (1.0, 1.0, 3.0, "config")
+    assert (p.input_usd_per_mtok, p.cached_input_usd_per_mtok, p.output_usd_per_mtok) == (1.0, 1.0, 3.0)
+    assert p.source == "config:gpt-4o"  # billed as the reference model, whoever supplied the numbers
     p = resolve_prices(PricesConfig(input_usd_per_mtok=1.0, cached_input_usd_per_mtok=0.1, output_usd_per_mtok=3.0), "x")
-    assert p.cached_input_usd_per_mtok == 0.1
+    assert (p.cached_input_usd_per_mtok, p.source) == (0.1, "config")
+
+
+def test_local_config_bills_at_its_reference_models_litellm_price():
+    # LiteLLM 1.110's model_cost row for gpt-4.1-nano (USD per token): the numbers configs/local.toml copies, so
+    # eval costs are the same with or without LiteLLM installed
+    row = {"input_cost_per_token": 1e-07, "cache_read_input_token_cost": 2.5e-08, "output_cost_per_token": 4e-07}
+    prices = load_config("configs/local.toml").evaluation.prices
+    assert prices.reference_model == "gpt-4.1-nano"
+    from_config = resolve_prices(prices, "runs/sft/model")
+    from_litellm = prices_from_litellm_entry(row, "gpt-4.1-nano")
+    assert from_config.source == "config:gpt-4.1-nano"
+    assert from_config.model_dump(exclude={"source"}) == pytest.approx(from_litellm.model_dump(exclude={"source"}))
 
 
 def test_litellm_row_is_per_token_converted_to_per_million():

@@ -69,6 +69,29 @@ def test_manifest_load_errors_name_the_file(tmp_path):
     assert load_pool_manifest(tmp_path / "m.json") == {"a"}
 
 
+@pytest.mark.unit
+def test_training_pool_is_what_the_manifest_kept(tmp_path):
+    """`fireflash train` loads its tasks with load_pool(tasks.paths, tasks.pool_manifest) (runtime/job.py)."""
+    from fireflash.tasks.loader import TaskLoadError, load_pool
+
+    entry = {"category": "", "attempts": 4, "mean_reward": 0.5, "mean_n_input_tokens": 10.0, "mean_n_output_tokens": 5.0}
+
+    def manifest(kept: list[str], dropped: list[str]) -> str:
+        tasks = [ProbedTask(task_id=t, passes=2, pass_rate=0.5, kept=True, **entry) for t in kept]
+        tasks += [ProbedTask(task_id=t, passes=0, pass_rate=0.0, kept=False, **entry) for t in dropped]
+        path = tmp_path / f"m{len(kept)}.json"
+        path.write_text(PoolManifest(model="m", attempts_per_task=4, keep_min_pass_rate=0.15, keep_max_pass_rate=0.85,
+                                     group_size=4, tasks=tasks).model_dump_json())
+        return str(path)
+
+    everything = [t.id for t in load_pool(["bundled:heldout"])]
+    assert len(everything) == 11
+    pool = load_pool(["bundled:heldout"], manifest(["log-top-ips", "text-tail-lines"], ["swe-date-range"]))
+    assert sorted(t.id for t in pool) == ["log-top-ips", "text-tail-lines"]
+    with pytest.raises(TaskLoadError, match=r"no tasks kept by .*m0\.json"):
+        load_pool(["bundled:heldout"], manifest([], everything))
+
+
 def call(name, **arguments):
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 

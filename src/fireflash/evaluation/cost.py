@@ -9,13 +9,15 @@ A trial's prompt tokens include those the engine served from its prefix cache
 price, sampled tokens at the output price — the convention of public APIs and LiteLLM.
 
 Prices come from config when given, else from LiteLLM's price table when ``litellm`` is installed
-(an optional import: FireFlash does not depend on it). A self-hosted model has no public price, so it is
-billed at a named reference model's price (``evaluation.prices.reference_model``), as the reference
-report bills its model at its base model's public price.
+(``pip install 'fireflash[cost]'``; an optional import, read from the table LiteLLM ships so that a run is
+offline and reproducible). A self-hosted model has no public price, so it is billed at a named reference
+model's price (``evaluation.prices.reference_model``), as the reference report bills its model at its
+base model's public price; the prices' ``source`` names that model either way.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,7 +40,10 @@ class TokenPrices(BaseModel):
     input_usd_per_mtok: float = Field(ge=0)
     cached_input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
-    source: str = Field(description="'config', or 'litellm:<model>' for LiteLLM's table.")
+    source: str = Field(
+        description="'config' or 'litellm', then ':<model>' when billed at a named model's price, e.g. "
+        "'config:gpt-4.1-nano' or 'litellm:gpt-4.1-nano'."
+    )
 
 
 def litellm_prices(model: str) -> TokenPrices | None:
@@ -46,7 +51,10 @@ def litellm_prices(model: str) -> TokenPrices | None:
 
     LiteLLM stores USD per token: ``input_cost_per_token``, ``output_cost_per_token`` and, for models
     with prompt caching, ``cache_read_input_token_cost`` (absent: cached input costs the input price).
+    The table is the one shipped inside the installed LiteLLM: by default LiteLLM fetches a newer one from
+    GitHub at import, which would make costs depend on the day (and hang offline).
     """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm
     except ImportError:
@@ -73,7 +81,8 @@ def resolve_prices(cfg: PricesConfig, model_name: str) -> TokenPrices:
     """The prices to bill ``model_name`` at.
 
     Order: prices set in ``cfg`` (cached input defaults to the input price); else LiteLLM's price of
-    ``cfg.reference_model`` when set, otherwise of ``model_name``.
+    ``cfg.reference_model`` when set, otherwise of ``model_name``. Config prices with a
+    ``reference_model`` are recorded as that model's (source ``config:<reference_model>``).
 
     Raises:
         PriceUnavailable: no config prices and LiteLLM cannot price the model; the message names the fix.
@@ -84,7 +93,7 @@ def resolve_prices(cfg: PricesConfig, model_name: str) -> TokenPrices:
             input_usd_per_mtok=cfg.input_usd_per_mtok,
             cached_input_usd_per_mtok=cfg.input_usd_per_mtok if cached is None else cached,
             output_usd_per_mtok=cfg.output_usd_per_mtok,
-            source="config",
+            source=f"config:{cfg.reference_model}" if cfg.reference_model else "config",
         )
     name = cfg.reference_model or model_name
     prices = litellm_prices(name)
