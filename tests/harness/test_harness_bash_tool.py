@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+import socket
 import time
 
 import pytest
@@ -25,10 +26,26 @@ def job_id(text):
     return re.search(r"job (\S+?)[ ;(]", text).group(1)
 
 
+def free_port():
+    """A TCP port nothing listens on now (the sandbox shares the host's network or has its own, emptier one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_binary_output_is_decoded_with_replacement(in_sandbox):
     out = in_sandbox(lambda sb: bash(sb).run("head -c 64 /dev/urandom"))
     assert out.startswith("exit code 0") and "64 bytes of output in /" in out
     out.encode("utf-8")  # always valid text for the model
+    # 64 random bytes are valid UTF-8 with probability < 1e-15: some must have come back as U+FFFD
+    assert "\ufffd" in out
+
+
+def test_undecodable_bytes_become_replacement_characters(in_sandbox):
+    out = in_sandbox(lambda sb: bash(sb).run(r"printf 'ok \xff\xfe\x80 \xc3\xa9 \xc3'"))
+    head, body = out.split("\n", 1)
+    assert head.startswith("exit code 0 · 11 bytes of output in /")
+    assert body == "ok \ufffd\ufffd\ufffd \u00e9 \ufffd"  # invalid bytes replaced, the valid é kept
 
 
 def test_100_kb_output_goes_to_file_with_head_tail_preview(in_sandbox):
@@ -62,6 +79,29 @@ def test_cwd_persists_and_trailing_ampersand_returns_at_once(in_sandbox):
     pwd, served, seconds = in_sandbox(scenario)
     assert pwd.rstrip().endswith("\n/tmp/w")
     assert served.startswith("exit code 0") and seconds < 5
+
+
+def test_bare_ampersand_server_returns_at_once_and_stopping_it_frees_its_port(in_sandbox):
+    """The hard case: the server keeps the command's output file open (no redirection of its own)."""
+    port = free_port()
+
+    async def scenario(sb):
+        b = bash(sb)
+        start = time.perf_counter()
+        served = await b.run(f"python3 -m http.server {port} &")
+        seconds = time.perf_counter() - start
+        for _ in range(50):
+            if (await b.run(PORT_OPEN.format(p=port))).rstrip().endswith("open"):
+                break
+            await asyncio.sleep(0.1)
+        opened = await b.run(PORT_OPEN.format(p=port))
+        stopped = await b.run("kill $! && wait $!; echo stopped")  # $!: the shell persists between calls
+        return served, seconds, opened, stopped, await b.run(PORT_OPEN.format(p=port))
+
+    served, seconds, opened, stopped, closed = in_sandbox(scenario)
+    assert served.startswith("exit code 0") and seconds < 5
+    assert opened.rstrip().endswith("open") and stopped.rstrip().endswith("stopped")
+    assert closed.rstrip().endswith("closed")
 
 
 def test_loop_past_timeout_moves_to_background_and_is_killed_with_children(in_sandbox):

@@ -54,6 +54,17 @@ def format_result(result: ExecResult, budget_chars: int, timeout_sec: float) -> 
     return f"{head}\n{body}"
 
 
+def clamp_timeout_sec(timeout: float | None, default_sec: float, max_sec: float) -> float:
+    """A call's foreground timeout: ``default_sec`` for None, zero, negative or NaN; at most ``max_sec``.
+
+    Compared before converting: ``float()`` of a 400-digit integer raises OverflowError, and the model
+    may write any integer.
+    """
+    if timeout is None or not timeout > 0:  # `not >` also catches NaN
+        return default_sec
+    return max_sec if timeout >= max_sec else float(timeout)
+
+
 def describe_job(job: Job) -> str:
     """One line naming a job for the model: id, command, log file."""
     return f"job {job.job_id}: `{job.command[:200]}` (output: {job.output_path}; stop: {KILL_JOB_COMMAND} {job.job_id})"
@@ -82,7 +93,7 @@ class BashTool:
             return await self.kill(shlex.split(kill.group(1)))
         if not command.strip():
             return "Error: empty command"
-        timeout_sec = min(float(timeout), self.max_timeout_sec) if timeout and timeout > 0 else self.default_timeout_sec
+        timeout_sec = clamp_timeout_sec(timeout, self.default_timeout_sec, self.max_timeout_sec)
         result = await self.sandbox.exec(
             command, timeout_sec=timeout_sec, background=run_in_background, on_timeout="background"
         )

@@ -16,6 +16,16 @@ def _is_binary(data: bytes) -> bool:
     return b"\x00" in data[:8192]
 
 
+def _whole_lines(value: float | None, default: int, most: int) -> int:
+    """The model's line number or count as an int in [1, ``most``]; None, NaN and values < 1 give ``default``.
+
+    Compared before converting, so inf or a 400-digit integer cannot overflow; a fraction is rounded down.
+    """
+    if value is None or not value >= 1:  # `not >=` also catches NaN
+        return default
+    return most if value >= most else int(value)
+
+
 def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
@@ -65,10 +75,10 @@ class FileTools:
         if _is_binary(data):
             return f"Error: {path} is a binary file ({len(data):,} bytes); inspect it with Bash, e.g. xxd {shlex.quote(path)} | head"
         lines = data.decode("utf-8", errors="replace").splitlines()
-        start = max(1, offset or 1)
-        count = limit if limit and limit > 0 else self.default_lines
-        if start > len(lines):
-            return f"Error: {path} has {len(lines)} lines; offset {start} is past the end"
+        if offset is not None and offset > len(lines):
+            return f"Error: {path} has {len(lines)} lines; offset {offset} is past the end"
+        start = _whole_lines(offset, 1, len(lines))
+        count = _whole_lines(limit, self.default_lines, len(lines))
         out = []
         for number in range(start, min(len(lines), start + count - 1) + 1):
             line = lines[number - 1]
@@ -114,8 +124,9 @@ class FileTools:
     async def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
         """Replace ``old_string`` by ``new_string``; it must match exactly once unless ``replace_all``.
 
-        Files with CRLF line endings are matched with LF strings and keep CRLF (``\\n`` in either string
-        stands for the file's line ending); ``new_string`` is otherwise inserted verbatim.
+        Files whose line endings are all CRLF are matched with LF strings and keep CRLF (``\\n`` in either
+        string stands for the file's line ending); a file with mixed endings is matched exactly, and every byte
+        outside the replaced text stays as it was. ``new_string`` is otherwise inserted verbatim.
         """
         path = self.resolve(file_path)
         if old_string == "":
@@ -131,12 +142,15 @@ class FileTools:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             return f"Error: {path} is not valid UTF-8 (byte {e.start}); edit it with Bash instead"
-        crlf = "\r\n" in text
+        # only an all-CRLF file is matched with LF strings; a mixed file is matched exactly and left as it is
+        crlf = "\r\n" in text and text.count("\n") == text.count("\r\n")
         if crlf:
             text, old_string, new_string = (s.replace("\r\n", "\n") for s in (text, old_string, new_string))
         count = text.count(old_string)
         if count == 0:
-            return f"Error: old_string not found in {path}; it must match exactly, including whitespace and indentation"
+            mixed = "; the file mixes CRLF and LF line endings: match them too" if "\r\n" in text and not crlf else ""
+            return (f"Error: old_string not found in {path}; it must match exactly, including whitespace and "
+                    f"indentation{mixed}")
         starts, at = [], text.find(old_string)
         while at >= 0:
             starts.append(_line_of(text, at))

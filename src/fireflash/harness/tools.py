@@ -23,14 +23,15 @@ class ToolBox:
         self.files = FileTools(sandbox, workdir, cfg.read_default_lines, cfg.read_max_line_chars, cfg.read_max_chars)
 
     async def call(self, call: ParsedCall) -> str:
-        """Run one validated call and return its result text.
+        """Run one validated call and return its result text; a tool error is a result, never an exception.
 
         Raises:
             fireflash.sandbox.SandboxError: only for infrastructure failures (the attempt then fails).
         """
         try:
             return await self._dispatch(call)
-        except ValueError as e:  # the sandbox refused the model's input (e.g. a NUL byte in a path)
+        # the model's input was refused: a NUL byte in a path, a number too large for a float, ...
+        except (ValueError, ArithmeticError) as e:
             return f"Error: {e}"
 
     async def _dispatch(self, call: ParsedCall) -> str:
