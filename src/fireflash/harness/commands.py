@@ -4,8 +4,9 @@
     fireflash agent replay TRAJECTORY.json
 
 ``run`` builds the task's parent sandbox, forks it, calls ``run_attempt`` (the same function training,
-probing and evaluation use), grades a fork of the final state (``--no-grade`` skips it), and writes
-``<task>-<attempt>.json`` (the trajectory), ``.txt`` (a transcript) and ``.score.json`` into ``--out``.
+probing and evaluation use), writes ``<task>-<attempt>.json`` (the trajectory) and ``.txt`` (a transcript)
+into ``--out``, then grades a fork of the final state (``--no-grade`` skips it) and writes ``.score.json``.
+The trajectory is on disk before grading starts, so a grader that fails or hangs never loses the attempt.
 """
 
 from __future__ import annotations
@@ -50,7 +51,16 @@ def _script(path: Path | None) -> list[str]:
     return turns
 
 
-async def _attempt(task: Any, cfg: Any, engine: Any, tokenizer: Any, attempt_id: str, grade: bool) -> tuple[Trajectory, Any]:
+def _save(traj: Trajectory, stem: Path) -> None:
+    """Write the trajectory JSON and its readable transcript next to each other."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    traj.save(stem.with_suffix(".json"))
+    stem.with_suffix(".txt").write_text(render_transcript(traj))
+
+
+async def _attempt(task: Any, cfg: Any, engine: Any, tokenizer: Any, attempt_id: str, grade: bool,
+                   stem: Path) -> tuple[Trajectory, Any]:
+    """Run, save the trajectory (before grading: a grader error still leaves it on disk), grade, save the score."""
     from fireflash.sandbox import make_backend
 
     backend = make_backend(cfg.sandbox)
@@ -59,11 +69,14 @@ async def _attempt(task: Any, cfg: Any, engine: Any, tokenizer: Any, attempt_id:
         sandbox = await parent.fork()
         try:
             traj = await run_attempt(task, sandbox, engine, tokenizer, cfg.harness, attempt_id)
+            _save(traj, stem)
+            typer.echo(f"trajectory: {stem.with_suffix('.json')}\ntranscript: {stem.with_suffix('.txt')}")
             score = None
             if grade:
                 from fireflash.grading.graders import make_grader
 
                 score = await make_grader(task.grader).grade(task, sandbox)
+                stem.with_suffix(".score.json").write_text(score.model_dump_json(indent=2))
             return traj, score
         finally:
             await sandbox.close()
@@ -99,16 +112,10 @@ def run(
     tokenizer = load_tokenizer(cfg.model.name_or_path, cfg.model.cache_dir)
     policy = make_engine(cfg.engine, cfg.model.name_or_path, tokenizer=tokenizer, script=_script(script),
                          cache_dir=cfg.model.cache_dir)
-    traj, score = asyncio.run(_attempt(task, cfg, policy, tokenizer, attempt_id, grade))
-    out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{task.id}-{attempt_id}"
-    traj.save(stem.with_suffix(".json"))
-    stem.with_suffix(".txt").write_text(render_transcript(traj))
-    if score is not None:
-        stem.with_suffix(".score.json").write_text(score.model_dump_json(indent=2))
+    traj, score = asyncio.run(_attempt(task, cfg, policy, tokenizer, attempt_id, grade, stem))
     verdict = f" · reward {score.reward:.2f} ({'solved' if score.solved else 'not solved'})" if score is not None else ""
     typer.echo(f"{task.id}: {traj.status.value} ({traj.finish_reason}) in {traj.n_turns} turns{verdict}")
-    typer.echo(f"trajectory: {stem.with_suffix('.json')}\ntranscript: {stem.with_suffix('.txt')}")
     if traj.error is not None:
         typer.echo(f"error: {traj.error.type}: {traj.error.message}", err=True)
 
