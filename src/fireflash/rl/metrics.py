@@ -31,6 +31,34 @@ def staleness_buckets(max_staleness: int) -> list[tuple[str, int, int]]:
     return named + [("dropped", max_staleness + 1, torch.iinfo(torch.int64).max)]
 
 
+def add_micro_batch_metrics(totals: dict[str, float], metrics: dict[str, float], share: float) -> None:
+    """Accumulate one micro-batch's objective metrics into ``totals`` (in place), in summable form.
+
+    ``tokens/*`` are counts and add up; ``drift/staleness_<b>`` is a mean over that bucket's tokens, so it is
+    carried as drift × count until ``finish_micro_batch_metrics``; every other metric is a share or mean over
+    the micro-batch's sampled tokens and is weighted by ``share``, its part of the step's sampled tokens. The
+    forms add up across micro-batches and across data-parallel ranks alike.
+    """
+    for key, value in metrics.items():
+        if key.startswith("tokens/"):
+            weighted = value
+        elif key.startswith("drift/staleness_"):
+            weighted = value * metrics["tokens/staleness_" + key.removeprefix("drift/staleness_")]
+        else:
+            weighted = value * share
+        totals[key] = totals.get(key, 0.0) + weighted
+
+
+def finish_micro_batch_metrics(totals: dict[str, float]) -> dict[str, float]:
+    """``totals`` from ``add_micro_batch_metrics`` (summed over micro-batches and ranks) with each bucket's drift
+    divided by its token count again: the step's mean per bucket, however its tokens were split."""
+    return {
+        key: value / totals["tokens/staleness_" + key.removeprefix("drift/staleness_")]
+        if key.startswith("drift/staleness_") else value
+        for key, value in totals.items()
+    }
+
+
 def drift_by_staleness(
     policy_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, staleness: torch.Tensor, max_staleness: int
 ) -> dict[str, float]:

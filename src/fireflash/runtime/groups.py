@@ -4,7 +4,7 @@
 (what was issued, what finished) that a checkpoint saves, so ``--resume`` re-issues exactly the groups
 that had not reached the trainer. ``finish_group`` turns a group's outcomes into a ``Group`` with
 advantages, or says why it carries nothing: lost to infrastructure (an attempt was lost after its
-retries) or zero signal (every R' equal).
+retries) or zero signal (every R' equal, or no attempt sampled a token).
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def finish_group(task_id: str, outcomes: Sequence[AttemptOutcome], objective: Ob
     """Advantages for a complete group, or the reason it cannot train (RECIPE.md §1, §5).
 
     A group with a lost attempt is ``lost`` (a biased group is worse than none); one whose R' are all
-    equal is ``zero_signal`` (discarded when ``discard_zero_signal``).
+    equal is ``zero_signal`` (discarded when ``discard_zero_signal``). One whose attempts sampled no token
+    at all is ``zero_signal`` and discarded whatever ``discard_zero_signal`` says: it has no gradient, and
+    the trainer refuses a step on it (``training.batch.NoSampledTokens``) rather than bump the version.
     """
     outcomes = list(outcomes)
     if any(o.lost for o in outcomes):
@@ -144,7 +146,7 @@ def finish_group(task_id: str, outcomes: Sequence[AttemptOutcome], objective: Ob
         objective,
     )
     group = Group(task_id=task_id, trajectories=trajectories, scores=scores, advantages=adv.advantages.tolist())
-    if adv.zero_signal and discard_zero_signal:
+    if (adv.zero_signal and discard_zero_signal) or not any(t.n_sampled_tokens for t in trajectories):
         return GroupVerdict("zero_signal", group, outcomes)
     return GroupVerdict("train", group, outcomes)
 

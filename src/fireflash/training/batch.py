@@ -47,6 +47,19 @@ class BatchError(ValueError):
     """A step's data cannot be packed (empty, a segment over the micro-batch budget, missing advantages)."""
 
 
+class NoSampledTokens(BatchError):
+    """A step's groups hold no policy-sampled token (loss mask 1): there is nothing to compute a gradient on."""
+
+
+def to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
+    """``mb`` with every tensor on ``device`` (the same tensors when they are there already)."""
+    policy = type(mb.policy)(*(t.to(device) for t in mb.policy))
+    return MicroBatch(
+        mb.prefix_ids.to(device), mb.input_ids.to(device), mb.attention_mask.to(device), mb.rows.to(device),
+        mb.cols.to(device), policy,
+    )
+
+
 def _cost(prefix: int, rows: int, longest: int) -> int:
     """Tokens a micro-batch runs: the shared prefix once, then ``rows`` suffixes padded to the longest."""
     return prefix + rows * (longest - prefix)
@@ -96,6 +109,7 @@ def pack_groups(
 
     Raises:
         BatchError: no groups, a group without advantages, or a segment longer than the budget.
+        NoSampledTokens: no segment has a policy-sampled token after its first position.
     """
     if not groups:
         raise BatchError("no groups to train on")
@@ -149,4 +163,9 @@ def pack_groups(
             n_sampled_tokens=n_t,
         )
         out.append(MicroBatch(prefix, input_ids, mask, torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64), policy))
+    if not any(mb.policy.target_ids.numel() for mb in out):
+        raise NoSampledTokens(
+            f"{len(groups)} group(s), {len(advantages)} attempts: no policy-sampled token (loss mask 1) to train on; "
+            "an optimizer step would change nothing but the weight version"
+        )
     return out

@@ -18,6 +18,18 @@ class TrainerConfig(BaseModel):
         description="Run the tokens a micro-batch's rows share (system prompt, a group's task turn) once, with gradient: "
         "the same gradient, ~3x fewer tokens for a GRPO group with SmolLM2's tool prompt (training/prefix.py).",
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="'auto': fp32 on CPU, bf16 on GPU.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Compute dtype of forward/backward; weights and AdamW state stay fp32 (the master copy). "
+        "'auto': bf16 on GPU (the trainer runs on CUDA when present), fp32 on CPU. 'bfloat16' on CPU is honoured "
+        "(autocast) but slow: bf16 matmul is ~70x slower on AVX2 CPUs. 'float32': fp32 everywhere.",
+    )
     checkpoint_every_steps: int = Field(1, ge=1, description="Steps between checkpoints.")
+    sharded_checkpoints: bool = Field(
+        False,
+        description="FSDP2 trainer (more than one trainer worker): every rank writes its own shards with "
+        "torch.distributed.checkpoint instead of rank 0 gathering one HF directory (for models too large to "
+        "gather); the config, tokenizer and cursor are still written, and --resume reads either form. The "
+        "single-process trainer always writes an HF directory.",
+    )
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")

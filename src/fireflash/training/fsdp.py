@@ -53,7 +53,8 @@ import torch.multiprocessing as mp
 
 from fireflash.protocols import Group
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.training.batch import MicroBatch, pack_groups
+from fireflash.rl.metrics import finish_micro_batch_metrics
+from fireflash.training.batch import MicroBatch, pack_groups, to_device
 from fireflash.training.checkpoint import (
     SCHEMA_VERSION,
     CheckpointError,
@@ -223,11 +224,6 @@ def shard_policy(model: torch.nn.Module, param_dtype: torch.dtype | None = None)
     return model
 
 
-def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
-    policy = type(mb.policy)(*(t.to(device) for t in mb.policy))
-    return MicroBatch(mb.prefix_ids.to(device), mb.input_ids.to(device), mb.attention_mask.to(device), mb.rows.to(device), mb.cols.to(device), policy)
-
-
 # ───────────────────────────────────── the trainer ─────────────────────────────────────
 
 
@@ -267,14 +263,15 @@ class FSDPTrainer(Trainer):
         param_dtype = torch.bfloat16 if gpu_bf16 or cfg.dtype == "bfloat16" else None
         shard_policy(model.to(device=device, dtype=torch.float32), param_dtype)
         super().__init__(model, tokenizer, cfg, objective, temperature, weight_version)
+        self.device, self.compute_dtype = device, None  # FSDP2's MixedPrecisionPolicy casts, not autocast
 
     def accumulate_gradients(self, groups: Sequence[Group]) -> dict[str, float]:
         """This rank's share of the step's micro-batches, forward/backward; metrics summed over ranks.
 
         Returns the same keys and values as ``Trainer.accumulate_gradients`` on one process.
         """
-        self.model.train()
         micro = [mb for mb in self.pack(groups) if mb.policy.target_ids.numel()]
+        self.model.train()
         n_tokens = sum(mb.policy.target_ids.numel() for mb in micro)
         mine = micro[self.rank :: self.world_size]
         totals = self.backward_micro_batches(mine, n_tokens)
@@ -283,7 +280,8 @@ class FSDPTrainer(Trainer):
             loss, _ = self.micro_batch_loss(micro[0])
             (loss * 0.0).backward()
         self.model.eval()
-        return _sum_over_ranks(totals) | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+        totals = finish_micro_batch_metrics(_sum_over_ranks(totals))
+        return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
 
     def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
         """``pack_groups`` without shared prefixes: FSDP2 reshards a layer after each forward, and one backward
@@ -293,7 +291,7 @@ class FSDPTrainer(Trainer):
     def micro_batch_loss(self, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The objective on one micro-batch, through the FSDP2-registered forward method."""
         return getattr(self.model, _LOSS_METHOD)(
-            _to_device(mb, self.device), self.weight_version, self.temperature, self.objective
+            to_device(mb, self.device), self.weight_version, self.temperature, self.objective
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -5,9 +5,16 @@
     trainer.save_checkpoint(run_dir / "checkpoints", cursor={...})
     engine.update_weights(trainer.state_dict(), trainer.weight_version)
 
+Precision (``training.dtype``), as ``training.fsdp`` does it: the weights and AdamW state stay in the model's
+dtype (builders load fp32: an update of lr 1e-6 vanishes in bf16 weights), and the forward runs under
+``torch.autocast`` in the compute dtype — bf16 on CUDA ('auto' or 'bfloat16'), fp32 on CPU ('auto' or
+'float32'). 'bfloat16' on CPU is honoured (autocast) but slow (bf16 matmul ~70x slower on AVX2 CPUs). The
+vocabulary projection runs in the compute dtype too; log-probs are fp32 (``rl.logprobs``). Builders place the
+trainer with ``device=default_device()`` (CUDA when present); ``state_dict`` hands out CPU copies.
+
 Simplifications (named, as nanochat does): no learning-rate schedule (the recipe states none); micro-
 batches are padded rather than packed with per-sequence attention masks (padding waste is bounded by
-packing longest-first); weights stay in the model's dtype (fp32 on CPU; bf16 on GPU).
+packing longest-first).
 """
 
 from __future__ import annotations
@@ -21,36 +28,61 @@ import torch
 
 from fireflash.protocols import Group
 from fireflash.rl.config import ObjectiveConfig
+from fireflash.rl.metrics import add_micro_batch_metrics, finish_micro_batch_metrics
 from fireflash.rl.objective import objective_loss
-from fireflash.training.batch import MicroBatch, pack_groups
+from fireflash.training.batch import MicroBatch, pack_groups, to_device
 from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from fireflash.training.config import TrainerConfig
 from fireflash.training.prefix import shared_prefix_hidden
 
 
+def default_device() -> torch.device:
+    """Where builders put the single-process trainer: CUDA when present, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def compute_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``training.dtype`` asks for on ``device``; None: compute in the weights' dtype.
+
+    'auto': bf16 on CUDA, none elsewhere (fp32 on CPU); 'bfloat16': bf16 anywhere (slow on CPU); 'float32': none.
+    """
+    if dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
 def micro_batch_loss(
-    model: torch.nn.Module, mb: MicroBatch, weight_version: int, temperature: float, objective: ObjectiveConfig
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    weight_version: int,
+    temperature: float,
+    objective: ObjectiveConfig,
+    compute: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """RECIPE.md §5 loss of one micro-batch: the model body, then the LM head only at sampled positions.
 
     Args:
         model: causal LM with ``model.model`` (body) and ``lm_head`` (no bias).
-        mb: ``MicroBatch`` (prefix_ids [P], input_ids / attention_mask [S, L], rows / cols [T]); a shared
-            prefix runs once, with gradient (``training.prefix``).
+        mb: ``MicroBatch`` (prefix_ids [P], input_ids / attention_mask [S, L], rows / cols [T]) on the model's
+            device; a shared prefix runs once, with gradient (``training.prefix``).
         weight_version: the trainer's version (staleness of each token is measured against it).
         temperature: rollout sampling temperature.
         objective: the RECIPE.md §5 constants.
+        compute: autocast dtype of the body and the LM head (``compute_dtype``); None runs them in the
+            weights' dtype.
 
     Returns:
         ``objective_loss``'s (loss scalar, metrics).
     """
-    if mb.prefix_ids.numel():
-        hidden = shared_prefix_hidden(model, mb.prefix_ids, mb.input_ids, prefix_grad=True)
-    else:
-        hidden = model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
-    return objective_loss(
-        hidden[mb.rows, mb.cols], model.lm_head.weight, mb.policy, weight_version, temperature, objective
-    )
+    with torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute is not None):
+        if mb.prefix_ids.numel():
+            hidden = shared_prefix_hidden(model, mb.prefix_ids, mb.input_ids, prefix_grad=True)
+        else:
+            hidden = model.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    hidden, weight = hidden[mb.rows, mb.cols], model.lm_head.weight
+    if compute is not None:  # the head in the compute dtype as well (as FSDP2's bf16 parameters); logits upcast
+        hidden, weight = hidden.to(compute), weight.to(compute)
+    return objective_loss(hidden, weight, mb.policy, weight_version, temperature, objective)
 
 
 class Trainer:
@@ -64,6 +96,8 @@ class Trainer:
         objective: the RECIPE.md §5 constants.
         temperature: the rollout sampling temperature; the trainer's log-probs use the same.
         weight_version: version of ``model``'s current weights (0 for the base model).
+        device: where the model is moved and trained (``default_device()`` in the builders); None: where its
+            parameters already are. With ``cfg.dtype`` it sets the compute dtype (module docstring).
     """
 
     def __init__(
@@ -74,9 +108,15 @@ class Trainer:
         objective: ObjectiveConfig,
         temperature: float,
         weight_version: int = 0,
+        *,
+        device: torch.device | str | None = None,
     ) -> None:
         if temperature <= 0:
             raise ValueError(f"harness.sampling.temperature={temperature}: RL needs sampling (> 0) for importance ratios")
+        if device is not None:
+            model.to(device)
+        self.device = next(model.parameters()).device
+        self.compute_dtype = compute_dtype(cfg.dtype, self.device)
         self.model, self.tokenizer, self.cfg, self.objective = model, tokenizer, cfg, objective
         self.temperature = temperature
         self.weight_version = weight_version
@@ -94,7 +134,10 @@ class Trainer:
         bumps ``weight_version`` and ``step``.
 
         Raises:
-            fireflash.training.batch.BatchError: unpackable data (see ``pack_groups``).
+            fireflash.training.batch.BatchError: unpackable data (see ``pack_groups``), among it
+                ``NoSampledTokens``: nothing to learn from, so no update and no new version (the weights would
+                not change, yet the bump would age every turn in flight by one version for staleness).
+                Raised before any state changes; the runtimes never queue such groups (``finish_group``).
         """
         start = time.perf_counter()
         metrics = self.accumulate_gradients(groups)
@@ -112,12 +155,12 @@ class Trainer:
         Returns the objective's metrics (weighted by sampled tokens over micro-batches), ``loss``,
         ``tokens/n`` and ``micro_batches``.
         """
-        self.model.train()
         micro = self.pack(groups)
+        self.model.train()
         n_tokens = sum(mb.policy.target_ids.numel() for mb in micro)
         totals = self.backward_micro_batches(micro, n_tokens)
         self.model.eval()
-        return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
+        return finish_micro_batch_metrics(totals) | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
 
     def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
         """``pack_groups`` with this trainer's budget, top-K and pad id (raises ``BatchError``)."""
@@ -126,10 +169,11 @@ class Trainer:
         )
 
     def backward_micro_batches(self, micro: Sequence[MicroBatch], n_tokens: int) -> dict[str, float]:
-        """Forward/backward each of ``micro``; metrics are weighted by its share of the step's ``n_tokens``.
+        """Forward/backward each of ``micro``; metrics in the summable form of ``add_micro_batch_metrics``.
 
         ``n_tokens`` counts the sampled positions of the whole step, so totals of disjoint subsets of its
-        micro-batches (one per data-parallel rank) add up to the totals of the step.
+        micro-batches (one per data-parallel rank) add up to the totals of the step; the caller finishes them
+        with ``finish_micro_batch_metrics``.
         """
         totals: dict[str, float] = {"loss": 0.0}
         for mb in micro:
@@ -138,18 +182,19 @@ class Trainer:
             loss, metrics = self.micro_batch_loss(mb)
             loss.backward()  # micro-batch losses sum to the step loss (per-attempt floors are step-wide)
             totals["loss"] += loss.item()
-            share = mb.policy.target_ids.numel() / max(n_tokens, 1)
-            for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + value * share
+            add_micro_batch_metrics(totals, metrics, mb.policy.target_ids.numel() / max(n_tokens, 1))
         return totals
 
     def micro_batch_loss(self, mb: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The objective on one micro-batch at the current ``weight_version`` (no backward)."""
-        return micro_batch_loss(self.model, mb, self.weight_version, self.temperature, self.objective)
+        return micro_batch_loss(
+            self.model, to_device(mb, self.device), self.weight_version, self.temperature, self.objective,
+            self.compute_dtype,
+        )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Detached copies of the weights for an engine's ``update_weights`` (tied weights appear once per name)."""
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        """CPU copies of the weights for an engine's ``update_weights`` (tied weights appear once per name)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save_checkpoint(self, root: Path, cursor: dict[str, Any]) -> Path:
         """Atomic HF-loadable checkpoint plus optimizer/RNG state, version and data ``cursor``."""
