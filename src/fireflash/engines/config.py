@@ -63,7 +63,9 @@ class EngineConfig(BaseModel):
         "trainer/rollout mismatch TIS corrects; off by default (bf16 matmul is ~70x slower on AVX2 CPUs).",
     )
     num_threads: int | None = Field(
-        None, ge=1, description="torch threads for the local engine; None = half the cores."
+        None, ge=1, description="torch threads of the local engine's worker thread (set inside it; other threads "
+        "keep theirs). Takes precedence over runtime.threads_per_role in `fireflash train`; None there = "
+        "runtime.threads_per_role, elsewhere (serve, eval) = half the cores; on Ray = the worker's CPU reservation."
     )
     request_timeout_sec: float = Field(600.0, gt=0, description="Per-request timeout for HTTP engines.")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on connection errors and 5xx.")

@@ -134,7 +134,9 @@ class LocalEngine:
             (the system prompt) keep one copy of that prefix's KV and read it once per step
             (``kv.SlotBatch``); 0 disables.
         seed: engine seed; a request without ``params.seed`` draws from crc32(f"{seed}:{request_id}").
-        num_threads: torch intra-op threads (process-wide setting); None leaves torch's choice.
+        num_threads: torch intra-op threads of the engine's worker thread, which runs every forward pass; set
+            inside that thread, so the caller's and other threads' budgets are untouched (torch keeps one per
+            thread). None: the budget new threads start with (the last ``torch.set_num_threads`` in any thread).
         rollout_dtype: dtype of the rollout copy ('float32', 'bfloat16', 'float16'); a lower precision
             deliberately creates the trainer/rollout mismatch that TIS corrects (RECIPE.md §5).
         weight_version: version tag of the initial weights.
@@ -162,8 +164,9 @@ class LocalEngine:
         dtype = getattr(torch, rollout_dtype, None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"rollout_dtype {rollout_dtype!r}: use 'float32', 'bfloat16' or 'float16'")
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        self.num_threads = num_threads
         self.model = model.to(dtype).eval()
         use_packed_attention(self.model)
         self.max_batch_size = max_batch_size
@@ -306,6 +309,11 @@ class LocalEngine:
     # ───────────────────────────── worker thread ─────────────────────────────
 
     def _run(self) -> None:
+        if self.num_threads is not None:  # this thread's own budget (runtime/job.py: the engine's share of the cores)
+            # get first: torch initialises a thread's budget lazily, on its first use, from the last value set in
+            # any thread; a set before that initialisation would be overwritten by another role's later set
+            torch.get_num_threads()
+            torch.set_num_threads(self.num_threads)
         try:
             with torch.inference_mode():
                 self._loop()

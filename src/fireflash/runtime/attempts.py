@@ -43,6 +43,8 @@ class AttemptOutcome:
     tries: int
     errors: list[ErrorInfo] = field(default_factory=list)
     duration_sec: float = 0.0
+    # trajectories of the tries the harness ended FAILED, oldest first: kept for inspection, never trained on
+    failed_trajectories: list[Trajectory] = field(default_factory=list)
 
     @property
     def lost(self) -> bool:
@@ -95,7 +97,8 @@ async def _try_once(
             trajectory = await run_attempt(task, sandbox, engine, tokenizer, harness, attempt_id)
         if trajectory.status is Status.FAILED:
             err = trajectory.error
-            raise AttemptFailed(f"{err.type}: {err.message}" if err else "harness reported an infrastructure failure")
+            message = f"{err.type}: {err.message}" if err else "harness reported an infrastructure failure"
+            raise AttemptFailed(message, trajectory)
         async with asyncio.timeout(task.limits.verifier_timeout_sec + margin_sec):
             score = await grader.grade(task, sandbox)
         return trajectory, score
@@ -104,7 +107,14 @@ async def _try_once(
 
 
 class AttemptFailed(RuntimeError):
-    """The harness finished with status FAILED (its sandbox or engine broke)."""
+    """The harness finished with status FAILED (its sandbox or engine broke); carries that trajectory.
+
+    ``trajectory`` has a default because unpickling calls ``AttemptFailed(message)`` and restores it after.
+    """
+
+    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
+        super().__init__(message)
+        self.trajectory = trajectory
 
 
 async def scored_attempt(
@@ -129,11 +139,13 @@ async def scored_attempt(
             not enforce its own limit is cancelled and the try counts as failed.
 
     Returns:
-        ``AttemptOutcome`` with the trajectory and score, or ``lost`` with every try's error.
-        Cancellation propagates (the sandbox is closed first).
+        ``AttemptOutcome`` with the trajectory and score, or ``lost`` with every try's error; either way
+        with the trajectories of the tries the harness ended FAILED. Cancellation propagates (the sandbox
+        is closed first).
     """
     start = time.perf_counter()
     errors: list[ErrorInfo] = []
+    failed: list[Trajectory] = []
     for tries in range(1, max_retries + 2):
         try:
             trajectory, score = await _try_once(
@@ -143,6 +155,10 @@ async def scored_attempt(
             raise
         except Exception as e:  # any stage may fail; the attempt, not the run, pays for it
             errors.append(error_info(e))
+            if isinstance(e, AttemptFailed) and e.trajectory is not None:
+                failed.append(e.trajectory)
             continue
-        return AttemptOutcome(task.id, attempt_id, trajectory, score, tries, errors, time.perf_counter() - start)
-    return AttemptOutcome(task.id, attempt_id, None, None, max_retries + 1, errors, time.perf_counter() - start)
+        return AttemptOutcome(task.id, attempt_id, trajectory, score, tries, errors, time.perf_counter() - start,
+                              failed)
+    return AttemptOutcome(task.id, attempt_id, None, None, max_retries + 1, errors, time.perf_counter() - start,
+                          failed)

@@ -94,7 +94,8 @@ class RuntimeConfig(BaseModel):
     threads_per_role: int | None = Field(
         None, ge=1,
         description="Local backend: torch threads for each of the engine and the trainer, which run at once "
-        "(the local half-and-half split); None = half the cores.",
+        "(the local half-and-half split); None = half the cores. Each role sets its count inside its own thread. "
+        "An explicit engine.num_threads takes precedence for the engine; the trainer always gets this value.",
     )
     seed: int = Field(0, description="Seed of task order and sampling.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster and placement.")

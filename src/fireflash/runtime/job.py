@@ -61,9 +61,15 @@ def threads_per_role(configured: int | None) -> int:
     return configured or max(1, (os.cpu_count() or 2) // 2)
 
 
-async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
-    import torch
+def role_threads(threads_per_role_setting: int | None, engine_num_threads: int | None) -> tuple[int, int]:
+    """(engine, trainer) torch threads on the local backend: ``runtime.threads_per_role`` each (half the cores
+    by default), except that an explicit ``engine.num_threads`` wins for the engine. Each role sets its
+    count inside its own thread (``LocalEngine``'s worker, ``TrainerThread``)."""
+    per_role = threads_per_role(threads_per_role_setting)
+    return engine_num_threads or per_role, per_role
 
+
+async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     from fireflash.engines import make_engine
     from fireflash.grading import make_grader
     from fireflash.models import load_policy, load_tokenizer, resolve_model_dir
@@ -72,22 +78,25 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     from fireflash.sandbox import make_backend
     from fireflash.tasks import load_pool
     from fireflash.training.checkpoint import latest_checkpoint
-    from fireflash.training.trainer import Trainer
+    from fireflash.training.trainer import Trainer, default_device
 
     run_dir = Path(cfg.tracking.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(cfg))
-    torch.set_num_threads(threads_per_role(cfg.runtime.threads_per_role))
 
     tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest)
     console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
     model_dir = resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir)
+    # a checkpoint is a complete HF model directory: on --resume weights and tokenizer both come from it, so a
+    # base directory rewritten since (runs/sft/model by another warm-up) cannot pair them with another tokenizer
     start_dir = latest_checkpoint(run_dir / "checkpoints") if resume else model_dir
     if cfg.runtime.backend == "ray":
-        return await _train_ray(cfg, resume, run_dir, tasks, model_dir, start_dir)
-    tokenizer = load_tokenizer(str(model_dir), cfg.model.cache_dir)
+        return await _train_ray(cfg, resume, run_dir, tasks, start_dir)
+    engine_threads, trainer_threads = role_threads(cfg.runtime.threads_per_role, cfg.engine.num_threads)
+    tokenizer = load_tokenizer(str(start_dir), cfg.model.cache_dir)
     trainer = Trainer(
-        load_policy(str(start_dir)), tokenizer, cfg.training, cfg.rl, temperature=cfg.harness.sampling.temperature
+        load_policy(str(start_dir)), tokenizer, cfg.training, cfg.rl, temperature=cfg.harness.sampling.temperature,
+        device=default_device(),
     )
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
     if cfg.engine.kind == "vllm":
@@ -95,7 +104,7 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
             "engine.kind = 'vllm': fireflash train cannot push weights to a vLLM server yet (vLLM takes them only "
             "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local'"
         )
-    engine = make_engine(cfg.engine, str(start_dir))
+    engine = make_engine(cfg.engine.model_copy(update={"num_threads": engine_threads}), str(start_dir))
     if cfg.engine.kind == "sglang":  # a server: new weights reach it through a weight-update group or a directory
         from fireflash.runtime.servers import connect_local_trainer
 
@@ -123,6 +132,7 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         hang_margin_sec=cfg.runtime.hang_margin_sec, max_wall_sec=cfg.runtime.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
         save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=cfg.runtime.max_queued_groups,
+        trainer_threads=trainer_threads,
     )
     start = time.perf_counter()
     try:
@@ -138,9 +148,7 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
     return run_dir
 
 
-async def _train_ray(
-    cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: list[Any], model_dir: Path, start_dir: Path
-) -> Path:
+async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: list[Any], start_dir: Path) -> Path:
     """The Ray backend: actors build the engine, sandboxes and trainer themselves from flat arguments."""
     from functools import partial
 
@@ -178,7 +186,7 @@ async def _train_ray(
         tasks=tasks,
         build_rollout=partial(build_rollout_parts, engine=cfg.engine, model_dir=str(start_dir), sandbox=cfg.sandbox,
                               cache_dir=cfg.model.cache_dir, num_cpus=placement.cpus_per_rollout_worker),
-        build_trainer=partial(build_trainer, model_dir=str(start_dir), tokenizer_dir=str(model_dir),
+        build_trainer=partial(build_trainer, model_dir=str(start_dir), tokenizer_dir=str(start_dir),
                               training=cfg.training, objective=cfg.rl, temperature=cfg.harness.sampling.temperature,
                               cache_dir=cfg.model.cache_dir),
         placement=placement, harness=cfg.harness, objective=cfg.rl, run_dir=run_dir, steps=rt.steps,
@@ -251,7 +259,9 @@ def describe_plan(cfg: FireFlashConfig) -> str:
         f"run dir: {cfg.tracking.run_dir}",
     ]
     if rt.backend == "local":
-        lines.insert(1, f"placement: one process; engine thread and trainer thread with {threads_per_role(rt.threads_per_role)} torch threads each")
+        engine_threads, trainer_threads = role_threads(rt.threads_per_role, cfg.engine.num_threads)
+        lines.insert(1, f"placement: one process; engine thread with {engine_threads} torch threads, trainer thread "
+                        f"with {trainer_threads}")
     else:
         from fireflash.runtime.placement import plan_placement
 

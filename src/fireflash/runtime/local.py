@@ -5,11 +5,12 @@
       group complete → advantages → queue  ──────────────►   train_step (stale turns masked, RECIPE.md §1)
       next turns sample with the newest weights  ◄────────   engine.update_weights(new weights, version + 1)
 
-Rollout and training share the cores: torch's intra-op pool is process-wide, so each of the two roles
-(the engine's decode thread and the trainer thread) runs its ops on ``threads_per_role`` threads —
-the local analogue of the reference's half-and-half GPU split. Idle time of each role is measured
-against wall time: the trainer is idle while waiting for groups, the engine while no request is in
-flight. ``mode="sync"`` (generate a batch, then train, then generate) exists only as the baseline.
+Rollout and training share the cores: each of the two roles (the engine's decode thread and the trainer
+thread) sets its own torch thread budget inside its thread, as torch keeps one per thread
+(``runtime.threads_per_role`` each unless ``engine.num_threads`` sets the engine's) — the local analogue
+of the reference's half-and-half GPU split. Idle time of each role is measured against wall time: the
+trainer is idle while waiting for groups, the engine while no request is in flight. ``mode="sync"``
+(generate a batch, then train, then generate) exists only as the baseline.
 """
 
 from __future__ import annotations
@@ -160,8 +161,9 @@ async def settle_attempt(
     stats: Sequence[RolloutStats],
     trajectories_dir: Path | None,
 ) -> None:
-    """After an attempt (both runtimes): count it, save its trajectory, and once its group is complete, judge
-    the group (advantages, zero signal, lost) and queue it for the trainer when it trains."""
+    """After an attempt (both runtimes): count it, save its trajectory (a lost one: its last FAILED try's, as
+    ``aNN.failed.json``), and once its group is complete, judge the group (advantages, zero signal, lost) and
+    queue it for the trainer when it trains."""
     for s in stats:
         s.add(outcome)
     if trajectories_dir is not None and outcome.trajectory is not None:
@@ -169,6 +171,9 @@ async def settle_attempt(
             outcome.trajectory.metadata["score"] = outcome.score.model_dump(include={"reward", "solved", "reason"})
         path = trajectories_dir / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.json"
         await asyncio.to_thread(outcome.trajectory.save, path)
+    if trajectories_dir is not None and outcome.lost and outcome.failed_trajectories:  # for inspection only
+        path = trajectories_dir / f"g{slot.group_id:05d}" / f"a{slot.index:02d}.failed.json"
+        await asyncio.to_thread(outcome.failed_trajectories[-1].save, path)
     complete = scheduler.record(slot, outcome)
     if complete is None:
         return
@@ -190,7 +195,9 @@ class LocalRuntime:
     samples with its own copy, ``graders`` maps a task to its grader.
 
     ``max_queued_groups`` bounds the groups queued for the trainer or still sampling (``groups.GroupQueue``):
-    past it, workers open no new group until the trainer takes a batch or a group closes.
+    past it, workers open no new group until the trainer takes a batch or a group closes. ``mode="sync"``
+    bounds it at ``groups_per_step`` (one batch sampled, then trained: every trained turn is fresh).
+    ``trainer_threads``: torch threads of the trainer thread (``TrainerThread``); None inherits.
     """
 
     def __init__(
@@ -220,6 +227,7 @@ class LocalRuntime:
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
         max_queued_groups: int | None = None,
+        trainer_threads: int | None = None,
     ) -> None:
         self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
         self.engine = MeteredEngine(engine)
@@ -232,7 +240,9 @@ class LocalRuntime:
         self.checkpoint_every = checkpoint_every_steps
         self.scheduler = GroupScheduler(tasks, group_size, seed, cursor)
         self.writer, self.save_trajectories = writer, save_trajectories
-        self.queue = GroupQueue(groups_per_step, objective.max_staleness, max_queued_groups)  # complete groups for the trainer
+        # sync mode samples exactly one step's groups, then trains on them: no group opens ahead on old weights
+        bound = groups_per_step if mode == "sync" else max_queued_groups
+        self.queue = GroupQueue(groups_per_step, objective.max_staleness, bound)  # complete groups for the trainer
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
         self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
@@ -240,7 +250,8 @@ class LocalRuntime:
         self.history: list[dict[str, float]] = []
         self.parents = ParentPool(backend)
         self._generate = asyncio.Event()
-        self._trainer_thread = TrainerThread()  # one thread, one malloc arena: see runtime.memory
+        # one thread, one malloc arena, its own torch thread budget: see runtime.memory
+        self._trainer_thread = TrainerThread(num_threads=trainer_threads)
 
     async def _attempt(self, slot: Slot) -> AttemptOutcome:
         return await scored_attempt(
@@ -250,9 +261,12 @@ class LocalRuntime:
 
     async def _worker(self) -> None:
         while True:
+            await self.queue.wait_for_room(self.scheduler)
+            # checked after every wait, right before the slot: a woken wait() or wait_for_room() does not mean
+            # the trainer still lets the engine sample (it may have set, taken a batch and cleared meanwhile)
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            await self.queue.wait_for_room(self.scheduler)
+                continue
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:

@@ -8,7 +8,7 @@ for reuse instead of returning it. ``asyncio.to_thread`` runs each step on which
 of memory parked there. Hence:
 
 - ``TrainerThread``: every trainer call (step, weights, checkpoint) runs on one dedicated thread, so
-  its allocations always reuse one arena;
+  its allocations always reuse one arena (and the trainer's torch thread budget is set in that thread);
 - ``release_free_memory``: ``malloc_trim(0)`` after each step returns what the arenas hold free to the
   operating system (the engine's decode thread and the pool threads included);
 - ``memory_gb``: logged each step as ``memory/rss_gb`` and ``memory/peak_rss_gb``.
@@ -81,16 +81,36 @@ def memory_gb() -> tuple[float, float]:
     return rss / 2**20, max(rss, hwm) / 2**20
 
 
+def _set_torch_threads(n: int) -> None:
+    import torch
+
+    # get first: torch initialises a thread's budget lazily, on its first use, from the last value set in any
+    # thread; a set before that initialisation would be overwritten by another role's later set
+    torch.get_num_threads()
+    torch.set_num_threads(n)
+
+
 class TrainerThread:
     """One dedicated thread for all trainer work; ``await run(fn, *args)`` is ``to_thread`` pinned to it.
 
     Trainer calls never overlap (the loop awaits each), so one thread loses nothing and keeps every step's
     allocations in one malloc arena (see the module docstring). ``trim=True`` calls ``release_free_memory``
     after each call on the same thread.
+
+    ``num_threads``: the trainer's torch intra-op budget (OpenMP and MKL), set inside the thread when it
+    starts. torch keeps one budget per thread, and a thread's budget starts as the last value set in any
+    thread, so a budget set from the main thread would be overridden by whatever another role (the engine)
+    set last. None: that inherited value.
     """
 
-    def __init__(self, name: str = "fireflash-trainer") -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    def __init__(self, name: str = "fireflash-trainer", num_threads: int | None = None) -> None:
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        self.num_threads = num_threads
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name,
+            initializer=None if num_threads is None else _set_torch_threads, initargs=(num_threads,),
+        )
 
     async def run(self, fn: Callable[..., T], *args: Any, trim: bool = False) -> T:
         """Run ``fn(*args)`` on the trainer thread; exceptions propagate to the awaiting caller."""

@@ -294,8 +294,11 @@ def build_trainer(
         return build_fsdp_trainer(
             str(resolve_model_dir(model_dir, cache_dir)), training, objective, temperature, rank=rank,
             world_size=world_size, master_addr=os.environ["MASTER_ADDR"], master_port=int(os.environ["MASTER_PORT"]),
-            local_rank=0, tokenizer=tokenizer,
+            local_rank=0, tokenizer=tokenizer, sharded_checkpoints=training.sharded_checkpoints,
         )
-    from fireflash.training.trainer import Trainer
+    from fireflash.training.trainer import Trainer, default_device
 
-    return Trainer(load_policy(model_dir, cache_dir), tokenizer, training, objective, temperature=temperature)
+    return Trainer(
+        load_policy(model_dir, cache_dir), tokenizer, training, objective, temperature=temperature,
+        device=default_device(),
+    )

@@ -215,7 +215,9 @@ class RayRuntime:
         self.writer, self.save_trajectories = writer, save_trajectories
         self.stopped_at_wall_limit = False
         self.scheduler: GroupScheduler | None = None  # built in run(), after a resume's cursor is known
-        self.queue = GroupQueue(groups_per_step, objective.max_staleness, max_queued_groups)  # complete groups for the trainer
+        # sync mode samples exactly one step's groups, then trains on them (runtime.local does the same)
+        bound = groups_per_step if mode == "sync" else max_queued_groups
+        self.queue = GroupQueue(groups_per_step, objective.max_staleness, bound)  # complete groups for the trainer
         self._generate = asyncio.Event()
         self.stats, self.total = RolloutStats(), RolloutStats()
         self.running_attempts = 0
@@ -597,9 +599,12 @@ class RayRuntime:
     async def _slot_loop(self) -> None:
         assert self.scheduler is not None
         while True:
+            await self.queue.wait_for_room(self.scheduler)
+            # checked after every wait, right before the slot (as runtime.local's workers): a woken wait does not
+            # mean the trainer still lets the engines sample
             if self.mode == "sync" and not self._generate.is_set():
                 await self._generate.wait()
-            await self.queue.wait_for_room(self.scheduler)
+                continue
             slot = self.scheduler.next_slot()
             self.running_attempts += 1
             try:
