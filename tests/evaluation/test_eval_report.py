@@ -21,7 +21,7 @@ def synthetic_run(run_dir, steps=12):
             "tis/clip_low_share": 0.01, "tis/clip_high_share": 0.02 + 0.001 * step,
             "drift/staleness_0": 0.05, "drift/staleness_1": 0.065, "drift/staleness_4-6": 0.08,
             "stale/dropped_share": 0.0 if step < 5 else 0.02, "groups/zero_signal_share": 0.5 - 0.02 * step,
-            "trainer/idle_share": 0.3, "engine/idle_share": 0.1, "rollout/sampled_tokens_mean": 900 - 10 * step,
+            "trainer/idle_share": 0.3, "engine/idle_share": 0.1, "queue/groups": float(step % 4), "rollout/sampled_tokens_mean": 900 - 10 * step,
             "groups/lost_to_infrastructure": float(step == 3), "memory/rss_gb": 6.0, "memory/peak_rss_gb": 12.0 + 0.1 * step,
         }
         if step > 2:
@@ -41,6 +41,7 @@ def test_report_plots_every_panel(tmp_path):
     assert "12 optimizer steps" in md and "Entropy rising" in md and "steps 12" in md
     assert "Groups lost to infrastructure: 1." in md
     assert "| entropy/mean | 0.45 | 0.34 | 0.34 | 0.45 |" in md
+    assert "| queue/groups | 1 | 0 | 0 | 3 |" in md and "![queue](queue.png)" in md  # queue depth: steps 1..12 → step % 4
     assert "Not logged" not in md
 
 
@@ -62,7 +63,8 @@ def test_missing_panels_are_listed_not_drawn(tmp_path):
     out = write_report(tmp_path)
     assert (out / "reward.png").exists() and not (out / "tis_clip.png").exists()
     md = (out / "report.md").read_text()
-    assert "Not logged by this run: Pass rate" in md and "| entropy/mean | 0.4 | 0.4 | 0.4 | 0.4 |" in md
+    assert "Not logged by this run: Pass rate" in md and "Queue depth (groups waiting for the trainer) (queue/groups)" in md
+    assert "| entropy/mean | 0.4 | 0.4 | 0.4 | 0.4 |" in md
 
 
 def test_report_cli(tmp_path):

@@ -5,8 +5,9 @@
 Panels are the run's health signals (RECIPE.md §1, §5): reward, pass rate, policy entropy (should fall
 slowly; a rise is the early warning), TIS clip shares (1–3% expected), drift |log π − log q| by
 staleness bucket, the share of turns dropped as too stale, the zero-signal group share, trainer and
-engine idle shares, and tokens per attempt. A panel whose metrics the run never logged is listed as
-missing in the summary rather than drawn empty.
+engine idle shares, the queue depth (complete groups waiting for the trainer after each step), and
+tokens per attempt. A panel whose metrics the run never logged is listed as missing in the summary
+rather than drawn empty.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ PANELS = (
     Panel("stale", "Stale share (turns dropped)", ("stale/dropped_share",), "share of tokens", from_zero=True),
     Panel("zero_signal", "Zero-signal group share", ("groups/zero_signal_share",), "share of groups", share=True),
     Panel("idle", "Idle shares", ("trainer/idle_share", "engine/idle_share"), "share of wall time", share=True),
+    Panel("queue", "Queue depth (groups waiting for the trainer)", ("queue/groups",), "groups", from_zero=True),
     Panel("tokens", "Tokens per attempt", ("rollout/sampled_tokens_mean",), "sampled tokens"),
     Panel("memory", "Resident memory (after step / peak)", ("memory/rss_gb", "memory/peak_rss_gb"), "GiB", from_zero=True),
 )
