@@ -129,13 +129,28 @@ def test_faults_cost_attempts_never_the_run(task, setup, tmp_path):
     backend = FlakyBackend(make_backend(SandboxConfig()), fork_failure_rate=0.10, seed=32)
     engine = FlakyEngine(make_engine(lambda g, a: a % 2 == 0), failure_rate=0.05, seed=43)
     grader = HangingGrader(make_grader(task.grader), hang_rate=0.02, seed=31)
-    runtime, backend = _runtime(task, setup, tmp_path, None, steps=3, retries=4, backend=backend, engine=engine,
-                                grader=grader, hang_margin_sec=0.5)
+    # retries enough for the longest run of failures these seeds put in one attempt's tries (forks 27-29 fail
+    # back to back; a retry forks again at once, so one attempt can take all three, then an engine error or two)
+    runtime, backend = _runtime(task, setup, tmp_path, None, steps=3, retries=8, backend=backend, engine=engine,
+                                grader=grader, hang_margin_sec=0.5, max_queued_groups=2)
+    train_step, deadline = runtime.trainer.train_step, time.monotonic() + 120
+
+    def quiet_then_train(groups, **kw):
+        # the last step waits until no attempt runs and none can start (the bound is full of queued groups), so
+        # every attempt started is counted: one cancelled mid-way at the end would not be
+        while runtime.trainer.step == 2 and not (runtime.running_attempts == runtime.scheduler.open_groups == 0
+                                                 and len(runtime.queue) >= runtime.queue.max_queued):
+            assert time.monotonic() < deadline, "rollouts never went quiet before the last step"
+            time.sleep(0.05)
+        return train_step(groups, **kw)
+
+    runtime.trainer.train_step = quiet_then_train
     history = asyncio.run(_run(runtime, backend))
     assert runtime.trainer.step == 3
     # every kind of fault happened (the seeds are chosen so), and each cost only a retry
     assert runtime.backend.injected and engine.injected and grader.injected
-    assert sum(m["rollout/retries"] for m in history) > 0
+    assert sum(m["rollout/retries"] for m in history) == runtime.backend.injected + engine.injected + grader.injected
+    assert sum(m["rollout/lost_attempts"] for m in history) == 0
     assert sum(m["groups/lost_to_infrastructure"] for m in history) == 0
 
 

@@ -99,16 +99,9 @@ def _runtime(tmp_path, trainer_workers: int, steps: int) -> RayRuntime:
 
 
 
-def _fsdp_available() -> bool:
-    try:
-        import fireflash.training.fsdp  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-# Issue 11: 2 trainer workers (FSDP2 ranks over gloo) + 1 rollout worker; 1 trainer worker without FSDP2
-TRAINER_WORKERS = 2 if _fsdp_available() else 1
+# Issue 11: 2 trainer workers (FSDP2 ranks over gloo) + 1 rollout worker. FSDP2 ships with torch >= 2.4 (our floor),
+# so a broken import is a failure here, never a quiet fall back to one worker.
+TRAINER_WORKERS = 2
 
 
 def test_async_loop_on_ray_survives_a_killed_rollout_worker(local_ray, tmp_path):
