@@ -92,4 +92,4 @@ def test_an_explicit_engine_setting_wins_for_the_engine_only():
     assert role_threads(2, None) == (2, 2)
     assert role_threads(None, None) == (threads_per_role(None),) * 2
     cfg = FireFlashConfig.model_validate({"runtime": {"threads_per_role": 2}, "engine": {"num_threads": 1}})
-    assert "engine thread with 1 torch threads, trainer thread with 2" in describe_plan(cfg)
+    assert "torch threads: 1 for the engine thread, 2 for the trainer thread" in describe_plan(cfg)

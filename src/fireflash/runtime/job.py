@@ -260,8 +260,8 @@ def describe_plan(cfg: FireFlashConfig) -> str:
     ]
     if rt.backend == "local":
         engine_threads, trainer_threads = role_threads(rt.threads_per_role, cfg.engine.num_threads)
-        lines.insert(1, f"placement: one process; engine thread with {engine_threads} torch threads, trainer thread "
-                        f"with {trainer_threads}")
+        lines.insert(1, f"placement: one process; torch threads: {engine_threads} for the engine thread, "
+                        f"{trainer_threads} for the trainer thread")
     else:
         from fireflash.runtime.placement import plan_placement
 
