@@ -1,16 +1,21 @@
-"""The cost / Pass@1 frontier on hand-made point sets; the CSV format; the PNG and table."""
+"""The cost / Pass@1 frontier on hand-made point sets; the CSV format; the PNG and table; task sets."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from fireflash.evaluation.pareto import (
     ParetoPoint,
+    pareto_figure,
     pareto_frontier,
     pareto_table,
     plot_pareto,
+    point_from_results,
     read_points_csv,
+    write_pareto,
 )
+from fireflash.evaluation.results import EvalResults, TrialResult, summarize
 
 pytestmark = pytest.mark.unit
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto_reference.csv"
@@ -47,7 +52,7 @@ def test_reference_csv_and_frontier():
     front = [points[i].name.split(" ")[0] for i in pareto_frontier(points)]
     assert front == ["FireFlash", "GPT-6.1"]
     table = pareto_table(points)
-    assert "| GLM-5.3 | max effort | 8.27 | 41.8% |  |" in table and "not plotted" in table
+    assert "| GLM-5.3 | max effort | Terminal-Bench 4.0 | 8.27 | 41.8% |  |" in table and "not plotted" in table
 
 
 @pytest.mark.parametrize(
@@ -73,3 +78,84 @@ def test_plot_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     with pytest.raises(ValueError, match="nothing to plot"):
         plot_pareto(pts(("x", None, 0.5)), tmp_path / "q.png")
+
+
+def our_results(task_set="bundled:heldout", n_tasks=3):
+    """A priced eval run over ``n_tasks`` tasks, one solved in two trials."""
+    trials = [TrialResult(task_id=f"t{i}", trial=j, attempt_id=f"t{i}/{j}", category="x", lost=False, solved=i == j == 0,
+                          cost_usd=0.01) for i in range(n_tasks) for j in range(2)]
+    overall, tasks, cats = summarize(trials, [1])
+    return EvalResults(model="ours", setting="low", task_set=task_set, created_at="2026-01-01T00:00:00+00:00",
+                       trials_per_task=2, ks=[1], overall=overall, tasks=tasks, categories=cats, trials=trials)
+
+
+def test_csv_benchmark_column_is_optional(tmp_path):
+    assert {p.benchmark for p in read_points_csv(EXAMPLE)} == {"Terminal-Bench 4.0"}
+    without = tmp_path / "without.csv"
+    without.write_text("name,setting,cost_per_trial_usd,pass_at_1_pct\nx,,1,50\n")
+    assert [p.benchmark for p in read_points_csv(without)] == [""]
+    with_it = tmp_path / "with.csv"  # any column order; an empty cell is an unknown task set
+    with_it.write_text("benchmark,name,setting,cost_per_trial_usd,pass_at_1_pct\n SWE-bench Verified ,x,,1,50\n,y,,2,60\n")
+    assert [(p.name, p.benchmark) for p in read_points_csv(with_it)] == [("x", "SWE-bench Verified"), ("y", "")]
+
+
+def test_our_point_names_its_task_set_and_task_count():
+    assert point_from_results(our_results(), "r.json").benchmark == "bundled:heldout (3 tasks)"
+    assert point_from_results(our_results("tasks/a, bundled:heldout", 1), "r.json").benchmark == "tasks/a, bundled:heldout (1 task)"
+    assert point_from_results(our_results(""), "r.json").benchmark == "3 tasks"  # results from before task_set
+
+
+def test_table_has_a_task_set_column_and_says_when_task_sets_differ():
+    reference = read_points_csv(EXAMPLE)
+    ours = point_from_results(our_results(), "r.json")
+    mixed = pareto_table(reference + [ours])
+    assert mixed.splitlines()[0] == "| system | setting | task set | $ / trial | Pass@1 | Pareto frontier |"
+    assert "| ours (ours) | low | bundled:heldout (3 tasks) | 0.01 | 16.7% | yes |" in mixed
+    assert mixed.rstrip().endswith(
+        "**Pass@1 measured on different task sets (Terminal-Bench 4.0; bundled:heldout (3 tasks)): "
+        "positions are not a like-for-like ranking.**")
+    # one task set, or one beside points of unknown or unplotted task sets: nothing to warn about
+    assert "different task sets" not in pareto_table(reference)
+    assert "different task sets" not in pareto_table(reference + pts(("unknown", 0.1, 0.2)))
+    assert "different task sets" not in pareto_table(
+        reference + [ParetoPoint(name="x", benchmark="SWE-bench Verified", cost_per_trial_usd=None, pass_at_1=0.5)])
+
+
+def test_plot_footnotes_mixed_task_sets_above_not_plotted_without_overlap():
+    import matplotlib.pyplot as plt
+
+    reference = read_points_csv(EXAMPLE)
+    fig = pareto_figure(reference + [point_from_results(our_results(), "r.json")])
+    try:
+        renderer = fig.canvas.get_renderer()
+        (mixed,) = [t for t in fig.texts if t.get_text().startswith("Pass@1 measured on different task sets")]
+        (hidden,) = [t for t in fig.texts if t.get_text().startswith("not plotted")]
+        assert len(fig.texts) == 2 and "(Terminal-Bench 4.0; bundled:heldout (3 tasks))" in mixed.get_text()
+        assert hidden.get_text() == "not plotted (value not published): Fable 5 (max effort) $22.02"
+        axes, mixed_box, hidden_box = (a.get_window_extent(renderer) for a in (fig.axes[0], mixed, hidden))
+        x_label = fig.axes[0].get_tightbbox(renderer)  # the axes with their tick labels and x label
+        # stacked under the axes' labels, mixed on top, inside the figure, no two boxes overlapping
+        assert hidden_box.y0 >= 0 and hidden_box.y1 < mixed_box.y0 and mixed_box.y1 < x_label.y0 < axes.y0
+        assert mixed_box.x1 <= fig.bbox.width and hidden_box.x1 <= fig.bbox.width
+        # on the plot each point says which task set it was measured on
+        assert any(t.get_text().endswith("on bundled:heldout (3 tasks)") for t in fig.axes[0].texts)
+    finally:
+        plt.close(fig)
+    fig = pareto_figure(reference)  # one task set: only the not-plotted line, and no "on ..." in the labels
+    try:
+        assert [t.get_text()[:11] for t in fig.texts] == ["not plotted"]
+        assert not any("on Terminal-Bench" in t.get_text() for t in fig.axes[0].texts)
+    finally:
+        plt.close(fig)
+
+
+def test_results_without_task_set_still_load_and_plot(tmp_path):
+    data = json.loads(our_results().model_dump_json())
+    assert data.pop("task_set") == "bundled:heldout"
+    old = tmp_path / "old" / "results.json"  # as `fireflash eval` wrote it before the field existed
+    old.parent.mkdir()
+    old.write_text(json.dumps(data))
+    assert EvalResults.load(old).task_set == ""
+    _, md, points = write_pareto([old.parent], EXAMPLE, tmp_path / "out")
+    assert points[0].benchmark == "3 tasks" and "| ours (ours) | low | 3 tasks |" in md.read_text()
+    assert "different task sets (3 tasks; Terminal-Bench 4.0)" in md.read_text()

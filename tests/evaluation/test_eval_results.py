@@ -76,12 +76,14 @@ def test_sampled_entropy_is_token_weighted_within_a_task_and_averaged_over_tasks
 def test_results_roundtrip_and_tables(tmp_path):
     trials = sample_trials()
     overall, tasks, cats = summarize(trials, [1, 2])
-    results = EvalResults(model="m", setting="low", created_at="2026-01-01T00:00:00+00:00", trials_per_task=4, ks=[1, 2],
-                          overall=overall, tasks=tasks, categories=cats, trials=trials)
+    results = EvalResults(model="m", setting="low", task_set="bundled:heldout", created_at="2026-01-01T00:00:00+00:00",
+                          trials_per_task=4, ks=[1, 2], overall=overall, tasks=tasks, categories=cats, trials=trials)
     results.save(tmp_path / "results.json")
     assert EvalResults.load(tmp_path / "results.json") == results
     md = markdown_tables(results)
     assert "# Evaluation: m (low)" in md and "| all | 3 | 11 | 1 | 27.8% |" in md and "| timeout | 1 |" in md
+    assert "4 trials per task, 3 tasks from bundled:heldout, finished 2026-01-01" in md
+    assert "3 tasks, finished" in markdown_tables(results.model_copy(update={"task_set": ""}))  # results from before it
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json"):
         EvalResults.load(tmp_path / "bad.json")

@@ -103,7 +103,7 @@ ManifestOutOpt = typer.Option(
 RunDirArg = typer.Argument(..., help="Run directory holding metrics.jsonl.")
 ReportOutOpt = typer.Option(None, "--out", "-o", help="Report directory (default RUN_DIR/report).")
 ResultsArg = typer.Argument(None, help="`fireflash eval` results.json files or their directories.")
-PointsOpt = typer.Option(None, "--points", "-p", help="CSV of other systems: name,setting,cost_per_trial_usd,pass_at_1_pct.")
+PointsOpt = typer.Option(None, "--points", "-p", help="CSV of other systems: name,setting,cost_per_trial_usd,pass_at_1_pct[,benchmark].")
 ParetoOutOpt = typer.Option(Path("runs/pareto"), "--out", "-o", help="Directory for pareto.png and pareto.md.")
 CompareResultsArg = typer.Argument(..., help="`fireflash eval` results.json files or their directories; the first is the baseline.")
 LabelOpt = typer.Option(None, "--label", "-l", help="Name of each RESULTS path, in order (default: its directory name).")
@@ -143,7 +143,8 @@ def eval_command(
 
     specs, overrides = split_args(args)
     cfg = _config(config, overrides)
-    tasks = _load_tasks(specs or ["bundled:heldout"])
+    specs = specs or ["bundled:heldout"]
+    tasks = _load_tasks(specs)
     model_name = model or cfg.model.name_or_path
     ev = cfg.evaluation
     try:
@@ -168,7 +169,8 @@ def eval_command(
                     tasks, backend=stack.backend, engine=stack.engine, tokenizer=stack.tokenizer, harness=cfg.harness,
                     grader_for=stack.grader_for, trials_per_task=ev.trials_per_task, ks=ev.pass_at_k, prices=prices,
                     max_concurrent=cfg.runtime.max_inflight_attempts, max_retries=cfg.runtime.max_attempt_retries,
-                    out_dir=out_dir, model=model_name, setting=ev.setting, engine_settings=cfg.engine.model_dump(mode="json"),
+                    out_dir=out_dir, model=model_name, setting=ev.setting, task_set=", ".join(specs),
+                    engine_settings=cfg.engine.model_dump(mode="json"),
                     on_trial=tick,
                 )
 

@@ -90,6 +90,9 @@ class EvalResults(_Model):
     schema_version: int = SCHEMA_VERSION
     model: str
     setting: str = ""
+    task_set: str = Field(
+        "", description="The task specs evaluated, as given on the command line (e.g. 'bundled:heldout'); "
+        "'' in results written before it was recorded.")
     created_at: str = Field(description="UTC ISO-8601 time the run finished.")
     trials_per_task: int
     ks: list[int]
@@ -220,7 +223,8 @@ def markdown_tables(results: EvalResults) -> str:
     price = results.prices
     lines = [
         f"# Evaluation: {results.model}" + (f" ({results.setting})" if results.setting else ""), "",
-        f"{results.trials_per_task} trials per task, {results.overall.n_tasks} tasks, finished {results.created_at}. "
+        f"{results.trials_per_task} trials per task, {results.overall.n_tasks} tasks"
+        + (f" from {results.task_set}" if results.task_set else "") + f", finished {results.created_at}. "
         + (f"Prices (USD per million tokens, {price.source}): input {price.input_usd_per_mtok}, cached input "
            f"{price.cached_input_usd_per_mtok}, output {price.output_usd_per_mtok}." if price else "No prices: cost not computed.")
         + " Entropy: nats per sampled token, -mean log q of the tokens the policy sampled (its entropy at temperature 1).",

@@ -80,6 +80,7 @@ async def evaluate(
     out_dir: Path,
     model: str,
     setting: str = "",
+    task_set: str = "",
     engine_settings: dict | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
 ) -> EvalResults:
@@ -88,6 +89,8 @@ async def evaluate(
     Args:
         ks: pass@k values, each in [1, trials_per_task].
         prices: per-token prices for cost; None leaves every cost field None.
+        task_set: the task specs ``tasks`` were loaded from (e.g. 'bundled:heldout'), recorded so that a
+            Pass@1 is never read as one on another task set (``fireflash report pareto``).
         engine_settings: the engine config, recorded in the results.
         on_trial: called after each trial is recorded (progress display).
 
@@ -118,7 +121,7 @@ async def evaluate(
     trials.sort(key=lambda t: (order[t.task_id], t.trial))
     overall, per_task, per_category = summarize(trials, ks)
     results = EvalResults(
-        model=model, setting=setting, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        model=model, setting=setting, task_set=task_set, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         trials_per_task=trials_per_task, ks=list(ks), prices=prices, harness=harness.model_dump(mode="json"),
         engine=engine_settings or {}, overall=overall, tasks=per_task, categories=per_category, trials=trials,
     )
