@@ -4,6 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fireflash.cli import app
+from fireflash.tasks.loader import DATA_DIR
 
 pytestmark = pytest.mark.unit
 runner = CliRunner()
@@ -41,7 +42,108 @@ def test_train_errors_are_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 2 and "ModelNotFound" in result.output and "fireflash sft" in result.output
 
 
-def test_train_dry_run_prints_the_plan():
+def test_train_dry_run_prints_the_plan(tmp_path):
+    # here, without the cluster's model: the placement is printed, then what the real run would stop at
     result = runner.invoke(app, ["train", "-c", "configs/cluster.toml", "--dry-run"])
-    assert result.exit_code == 0
     assert "12 attempts" in result.output and "sglang" in result.output and "staleness ≤ 6" in result.output
+    assert result.exit_code == 2 and _last_line(result).startswith("ModelNotFound: model '/models/your-model'")
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--dry-run", f"tracking.run_dir={run_dir}", f"model.name_or_path={_model(tmp_path)}"])
+    assert result.exit_code == 0, result.output
+    n_train = len(list((DATA_DIR / "train").iterdir()))
+    assert f"ready: {n_train} tasks load; model {tmp_path / 'model'} found, no earlier run in {run_dir}" in _unwrapped(result)
+    assert not run_dir.exists()
+
+
+def _model(tmp_path) -> str:
+    """A directory that passes for a model until something loads it (nothing below gets that far)."""
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return str(model)
+
+
+def _last_line(result) -> str:
+    return result.output.strip().splitlines()[-1].strip()
+
+
+def _unwrapped(result) -> str:
+    """The output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+def _files(root):
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+REFUSED = [  # (overrides, the start of the one-line error)
+    (["engine.kind=vllm"], "ConfigError: engine.kind = 'vllm': fireflash train cannot push new weights"),
+    (["engine.kind=sglang"], "ConfigError: engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url"),
+    (["tasks.pool_manifest={tmp}/pool.json"], "FileNotFoundError: {tmp}/pool.json: pool manifest not found"),
+    (["model.name_or_path={tmp}/nothing"], "ModelNotFound: model '{tmp}/nothing'"),
+    (["tasks.paths=[]"], "  tasks.paths = []: no task paths; give at least one task directory"),
+    (["tasks.paths=['bundled:heldout']"], "HeldoutLeak: tasks.paths includes held-out tasks ['csv-group-average'"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("overrides,error", REFUSED, ids=[r[0][0].split("=")[0] + "=" + r[0][0].split("=")[1][:8] for r in REFUSED])
+def test_train_refuses_before_writing_the_run_dir(tmp_path, overrides, error, dry_run):
+    run_dir = tmp_path / "run"
+    overrides = [o.format(tmp=tmp_path) for o in overrides]
+    result = runner.invoke(app, ["train", f"tracking.run_dir={run_dir}", f"model.name_or_path={_model(tmp_path)}",
+                                 *overrides, *["--dry-run"] * dry_run])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert _last_line(result).startswith(error.format(tmp=tmp_path).strip()), result.output
+    assert "Traceback" not in result.output and not run_dir.exists()
+
+
+def test_train_on_heldout_tasks_needs_the_override(tmp_path):
+    result = runner.invoke(app, ["train", "--dry-run", f"tracking.run_dir={tmp_path / 'run'}",
+                                 f"model.name_or_path={_model(tmp_path)}", "tasks.paths=['bundled:heldout']"])
+    assert result.exit_code == 2 and "or set tasks.allow_heldout=true to train on them anyway" in result.output
+    result = runner.invoke(app, ["train", "--dry-run", f"tracking.run_dir={tmp_path / 'run'}",
+                                 f"model.name_or_path={_model(tmp_path)}", "tasks.paths=['bundled:heldout']",
+                                 "tasks.allow_heldout=true"])
+    assert result.exit_code == 0 and "ready: 11 tasks load" in _unwrapped(result)
+
+
+def _earlier_run(run_dir, checkpoint=True):
+    if checkpoint:
+        (run_dir / "checkpoints" / "step-000002").mkdir(parents=True)
+        (run_dir / "checkpoints" / "step-000002" / "fireflash.json").write_text('{"step": 2}')
+        (run_dir / "checkpoints" / "latest").write_text("step-000002")
+    run_dir.mkdir(exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (run_dir / "config.toml").write_text("# the earlier run's config\n")
+    return _files(run_dir)
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_train_without_resume_never_overwrites_an_earlier_run(tmp_path, dry_run):
+    run_dir = tmp_path / "run"
+    before = _earlier_run(run_dir)
+    result = runner.invoke(app, ["train", f"tracking.run_dir={run_dir}", f"model.name_or_path={_model(tmp_path)}",
+                                 *["--dry-run"] * dry_run])
+    assert result.exit_code == 2, result.output
+    assert _last_line(result) == (f"RunDirInUse: {run_dir} already holds a run (checkpoints/ and metrics.jsonl); pass "
+                                  "--resume to continue it or set tracking.run_dir to a new directory")
+    assert _files(run_dir) == before
+
+
+def test_train_refuses_metrics_without_a_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    before = _earlier_run(run_dir, checkpoint=False)
+    result = runner.invoke(app, ["train", f"tracking.run_dir={run_dir}", f"model.name_or_path={_model(tmp_path)}"])
+    assert result.exit_code == 2 and "no checkpoint to resume from" in result.output
+    assert f"delete {run_dir / 'metrics.jsonl'} to start over" in result.output and _files(run_dir) == before
+    result = runner.invoke(app, ["train", "--dry-run", "--resume", f"tracking.run_dir={run_dir}"])
+    assert result.exit_code == 2 and _last_line(result).startswith("CheckpointError: no checkpoint under")
+
+
+def test_config_that_is_not_utf8_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"[runtime]\nsteps = 3  # caf\xe9\n")
+    result = runner.invoke(app, ["config", "show", "-c", str(bad)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.output.strip() == f"ConfigError: {bad}: not UTF-8 (byte 26 is 0xe9); save the file as UTF-8, as TOML requires"

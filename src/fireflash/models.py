@@ -104,6 +104,22 @@ def resolve_model_dir(name_or_path: str, cache_dir: str | Path | None = None) ->
     """
     if name_or_path in EMBEDDED:
         return materialize_embedded(name_or_path, cache_dir)
+    return _local_model_dir(name_or_path)
+
+
+def check_model(name_or_path: str, cache_dir: str | Path | None = None) -> None:
+    """Raise as ``resolve_model_dir`` would, without dequantising an embedded model (``--dry-run``).
+
+    Raises:
+        ModelNotFound: neither an embedded name whose package is installed nor a directory with a config.json.
+    """
+    if name_or_path not in EMBEDDED:
+        _local_model_dir(name_or_path)
+    elif not (cache_root(cache_dir) / "models" / name_or_path / "config.json").is_file():
+        embedded_gguf_path(name_or_path)
+
+
+def _local_model_dir(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if (path / "config.json").is_file():
         return path

@@ -210,3 +210,10 @@ def test_cli_writes_plot_table_and_curves(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     bad = CliRunner().invoke(cli_app, ["compare", paths[0], str(tmp_path / "bad.json"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "bad.json" in bad.output and not (tmp_path / "x").exists()
+
+
+def test_run_with_a_malformed_line_is_named_once(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "rollout/reward_mean": 0.1}\n{"rollout/reward_mean": 0.2}\n')
+    with pytest.raises(ValueError) as err:
+        run_curves([tmp_path])
+    assert str(err.value) == f'{tmp_path / "metrics.jsonl"}:2: a metrics row needs an integer "step"; fix or delete that line'

@@ -77,3 +77,27 @@ def test_report_cli(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "r" / "report.md").exists() and (tmp_path / "r" / "drift.png").exists()
+
+
+def test_report_of_a_killed_run_skips_its_torn_last_line(tmp_path, caplog):
+    synthetic_run(tmp_path, steps=3)
+    metrics = tmp_path / "metrics.jsonl"
+    with metrics.open("a") as f:
+        f.write('{"step": 4, "rollout/reward_m')  # what a kill in the middle of a write leaves
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    # a warning on stderr (logging's last-resort handler outside pytest, which captures it here)
+    assert f"{metrics}:4: skipped a truncated last line" in caplog.text
+    assert (tmp_path / "r" / "report.md").exists()
+
+
+@pytest.mark.parametrize("bad,what", [('{"step": 2, "x\n', "not valid JSON"), ('{"x": 1}\n', 'needs an integer "step"')])
+def test_report_names_a_malformed_line(tmp_path, bad, what):
+    synthetic_run(tmp_path, steps=3)
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join([lines[0], bad, *lines[1:]]))
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.strip().startswith(f"{metrics}:2: ") and what in result.output
+    assert len(result.output.strip().splitlines()) <= 2  # one line (rich may wrap it)

@@ -26,12 +26,19 @@ def test_cluster_config_splits_gpus_half_and_half():
     assert "nodes 0–3" in lines[1] and "nodes 4–7" in lines[2]
 
 
-def test_dry_run_prints_the_placement_without_starting_anything():
-    result = CliRunner().invoke(app, ["train", "-c", str(REPO / "configs/cluster.toml"), "--dry-run"])
+def test_dry_run_prints_the_placement_without_starting_anything(tmp_path):
+    # the cluster config with a model and no pool manifest here, so the run's own checks pass too
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    text = (REPO / "configs/cluster.toml").read_text().replace("/models/your-model", str(model))
+    config = tmp_path / "cluster.toml"
+    config.write_text("\n".join(line for line in text.splitlines() if not line.startswith("pool_manifest")))
+    result = CliRunner().invoke(app, ["train", "-c", str(config), "--dry-run", f"tracking.run_dir={tmp_path / 'run'}"])
     assert result.exit_code == 0, result.output
     out = " ".join(result.output.split())  # rich wraps long lines
     assert "join the Ray cluster at auto" in out and "32 worker(s) × 1 GPU" in out and "4 × sglang × 8 GPUs" in out
-    assert "64 × 4 CPU" in out
+    assert "64 × 4 CPU" in out and "ready: " in out and not (tmp_path / "run").exists()
 
 
 def test_split_that_leaves_a_role_without_gpus_is_refused():

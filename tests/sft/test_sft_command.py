@@ -66,10 +66,15 @@ def test_sft_trains_and_checkpoints_in_the_rl_format(tmp_path):
     before = build_tiny_model(len(build_tiny_tokenizer()), seed=0).state_dict()
     after = load_policy(str(run / "model")).state_dict()
     assert any((before[k] - after[k]).abs().max() > 0 for k in before)  # it trained
-    # rerun with --resume: the oracle set is reused and no step is repeated
+    # rerun with --resume (after a kill tore a last line): the oracle set is reused and no step is repeated
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 99, "lo')
     again = CliRunner().invoke(app, ["sft", "-c", config, "--resume"])
     assert again.exit_code == 0, again.output
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == len(rows)
+    assert [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] == rows
+    # without --resume the finished run is never overwritten
+    fresh = CliRunner().invoke(app, ["sft", "-c", config])
+    assert fresh.exit_code == 2 and "pass --resume to continue it or set sft.run_dir" in fresh.output
 
 
 def test_heldout_tasks_are_refused(tmp_path):
@@ -77,3 +82,29 @@ def test_heldout_tasks_are_refused(tmp_path):
     result = CliRunner().invoke(app, ["sft", "-c", config])
     assert result.exit_code == 2
     assert "held-out tasks ['text-tail-lines']" in result.output
+
+
+def _quick(tmp_path) -> list[str]:
+    """Overrides under which a run that got past the run-directory checks would fail fast (no such model)."""
+    return [f"sft.run_dir={tmp_path / 'run'}", f"sft.init_from={tmp_path / 'no-model'}",
+            f"sft.tasks={json.dumps([_task_dir('train', 'text-uppercase')])}"]
+
+
+def test_sft_without_resume_never_overwrites_an_earlier_run(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000004").mkdir(parents=True)
+    (run / "checkpoints" / "latest").write_text("step-000004")
+    (run / "metrics.jsonl").write_text('{"step": 4, "loss": 0.1}\n')
+    result = CliRunner().invoke(app, ["sft", *_quick(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"RunDirInUse: {run} already holds a run (checkpoints/ and metrics.jsonl); pass "
+                                     "--resume to continue it or set sft.run_dir to a new directory")
+    assert (run / "metrics.jsonl").read_text() == '{"step": 4, "loss": 0.1}\n'
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl"]  # refused before any work
+
+
+def test_sft_resume_without_a_checkpoint_stops_before_the_oracle_replays(tmp_path):
+    result = CliRunner().invoke(app, ["sft", *_quick(tmp_path), "--resume"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"CheckpointError: no checkpoint under {tmp_path / 'run' / 'checkpoints'}; start without --resume"
+    assert not (tmp_path / "run").exists()

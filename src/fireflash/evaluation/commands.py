@@ -254,10 +254,11 @@ def report_run(
 ) -> None:
     """Plot a training run's metrics (reward, pass rate, entropy, TIS, drift, staleness, idle, tokens)."""
     from fireflash.evaluation.report import write_report
+    from fireflash.runtime.tracking import MetricsError
 
     try:
         report_dir = write_report(run_dir, out)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, MetricsError) as e:
         console.print(f"[red]{e}[/]")
         raise typer.Exit(2) from None
     console.print(f"report: {report_dir / 'report.md'} (plots: {report_dir}/*.png)")

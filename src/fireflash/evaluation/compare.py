@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fireflash.evaluation.report import Panel, panel_series, style_step_axes
 from fireflash.evaluation.results import EvalResults, TrialResult, sampled_entropy
 from fireflash.protocols import Trajectory
-from fireflash.runtime.tracking import read_metrics
+from fireflash.runtime.tracking import MetricsError, read_metrics
 
 RL_PANELS = (
     Panel("reward", "Reward (mean over attempts)", ("rollout/reward_mean",), "R"),
@@ -314,7 +314,9 @@ def run_curves(run_dirs: Sequence[str | Path]) -> dict[str, dict[str, tuple[list
     for d, name in zip(dirs, names):
         try:
             rows = read_metrics(d)
-        except (OSError, ValueError, KeyError) as e:
+        except MetricsError as e:  # names the file and line already
+            raise ValueError(str(e)) from None
+        except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"{d / 'metrics.jsonl'}: not readable ({e})") from None
         if not rows:
             raise ValueError(f"{d / 'metrics.jsonl'}: missing or empty; `fireflash train` / `fireflash sft` write it")

@@ -1,7 +1,10 @@
 """`fireflash train`: build every stage from the config tree and run the loop (reads top to bottom).
 
-    tasks → sandbox backend → tokenizer, trainer policy, engine → LocalRuntime.run → checkpoints, report
-    runtime.backend = "ray": tasks → placement → ray.init → RayRuntime.run (actors build their own parts)
+    checks → tasks → sandbox backend → tokenizer, trainer policy, engine → LocalRuntime.run → checkpoints, report
+    runtime.backend = "ray": checks → tasks → placement → ray.init → RayRuntime.run (actors build their own parts)
+
+``check_training`` runs first (and is all ``--dry-run`` adds to the plan): nothing is written into the run
+directory until the engine setting, the run directory, the model and the task pool are known to be usable.
 
 Builders hand flat arguments to each class (STYLE.md 15); nothing below receives the whole tree.
 """
@@ -18,7 +21,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fireflash.config import FireFlashConfig, dump_config
+from fireflash.config import ConfigError, FireFlashConfig, dump_config
+from fireflash.protocols import Task
 
 console = Console()
 
@@ -69,27 +73,80 @@ def role_threads(threads_per_role_setting: int | None, engine_num_threads: int |
     return engine_num_threads or per_role, per_role
 
 
-async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
+def check_train_config(cfg: FireFlashConfig) -> None:
+    """Engine settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can (a vLLM server).
+
+    Raises:
+        ConfigError: the message names the field and the fix.
+    """
+    engine = cfg.engine
+    if engine.kind == "vllm":
+        raise ConfigError(
+            "engine.kind = 'vllm': fireflash train cannot push new weights to a vLLM server yet (vLLM takes them only "
+            "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local' (eval and probe can "
+            "use a vLLM server)"
+        )
+    if engine.kind == "sglang" and not engine.url and cfg.runtime.backend == "local":
+        raise ConfigError(
+            "engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url, e.g. "
+            "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`); only "
+            "runtime.backend = 'ray' launches engine servers itself"
+        )
+
+
+def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
+    """Everything ``fireflash train`` can check before it writes into the run directory; returns the task pool.
+
+    Loads no model (an embedded one is not dequantised) and starts nothing; ``--dry-run`` runs it too.
+
+    Raises:
+        ConfigError: an engine setting training cannot use (``check_train_config``).
+        fireflash.runtime.tracking.RunDirInUse: without ``resume``, ``tracking.run_dir`` already holds a run.
+        fireflash.training.checkpoint.CheckpointError: with ``resume``, it holds no checkpoint.
+        fireflash.models.ModelNotFound: ``model.name_or_path`` does not resolve (not checked on resume: the
+            checkpoint is the model).
+        fireflash.tasks.TaskLoadError: a task fails to load, or none is left after the pool manifest.
+        FileNotFoundError / ValueError: ``tasks.pool_manifest`` is missing or not a manifest.
+        fireflash.tasks.loader.HeldoutLeak: the pool holds held-out tasks and ``tasks.allow_heldout`` is off.
+    """
+    from fireflash.models import check_model
+    from fireflash.runtime.tracking import refuse_existing_run
+    from fireflash.tasks.loader import check_not_heldout, load_pool
+
+    check_train_config(cfg)
+    run_dir = Path(cfg.tracking.run_dir)
+    if resume:
+        from fireflash.training.checkpoint import latest_checkpoint
+
+        latest_checkpoint(run_dir / "checkpoints")
+    else:
+        refuse_existing_run(run_dir, "tracking.run_dir")
+        check_model(cfg.model.name_or_path, cfg.model.cache_dir)
+    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest)
+    if not cfg.tasks.allow_heldout:
+        check_not_heldout(tasks, "tasks.paths", allow_with="tasks.allow_heldout=true")
+    return tasks
+
+
+async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -> Path:
     from fireflash.engines import make_engine
     from fireflash.grading import make_grader
     from fireflash.models import load_policy, load_tokenizer, resolve_model_dir
     from fireflash.runtime.local import LocalRuntime
     from fireflash.runtime.tracking import MetricsWriter
     from fireflash.sandbox import make_backend
-    from fireflash.tasks import load_pool
     from fireflash.training.checkpoint import latest_checkpoint
     from fireflash.training.trainer import Trainer, default_device
 
+    tasks = check_training(cfg, resume) if tasks is None else tasks
     run_dir = Path(cfg.tracking.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(dump_config(cfg))
-
-    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest)
-    console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
-    model_dir = resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir)
     # a checkpoint is a complete HF model directory: on --resume weights and tokenizer both come from it, so a
     # base directory rewritten since (runs/sft/model by another warm-up) cannot pair them with another tokenizer
-    start_dir = latest_checkpoint(run_dir / "checkpoints") if resume else model_dir
+    start_dir = (latest_checkpoint(run_dir / "checkpoints") if resume
+                 else resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_config(cfg))
+    console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
     if cfg.runtime.backend == "ray":
         return await _train_ray(cfg, resume, run_dir, tasks, start_dir)
     engine_threads, trainer_threads = role_threads(cfg.runtime.threads_per_role, cfg.engine.num_threads)
@@ -99,11 +156,6 @@ async def _train(cfg: FireFlashConfig, resume: bool) -> Path:
         device=default_device(),
     )
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
-    if cfg.engine.kind == "vllm":
-        raise ValueError(
-            "engine.kind = 'vllm': fireflash train cannot push weights to a vLLM server yet (vLLM takes them only "
-            "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local'"
-        )
     engine = make_engine(cfg.engine.model_copy(update={"num_threads": engine_threads}), str(start_dir))
     if cfg.engine.kind == "sglang":  # a server: new weights reach it through a weight-update group or a directory
         from fireflash.runtime.servers import connect_local_trainer
@@ -231,9 +283,12 @@ def _summarize(cfg: FireFlashConfig, runtime: Any, run_dir: Path, start: float) 
         )
 
 
-def run_training(cfg: FireFlashConfig, resume: bool = False) -> Path:
-    """Run ``fireflash train``; returns the run directory (checkpoints, metrics.jsonl, trajectories)."""
-    return asyncio.run(_train(cfg, resume))
+def run_training(cfg: FireFlashConfig, resume: bool = False, tasks: list[Task] | None = None) -> Path:
+    """Run ``fireflash train``; returns the run directory (checkpoints, metrics.jsonl, trajectories).
+
+    ``tasks``: the pool ``check_training(cfg, resume)`` returned, when the caller ran it already; None runs it.
+    """
+    return asyncio.run(_train(cfg, resume, tasks))
 
 
 def describe_plan(cfg: FireFlashConfig) -> str:

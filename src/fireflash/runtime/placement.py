@@ -114,8 +114,8 @@ def plan_placement(ray: RayConfig, engine: EngineConfig, max_inflight_attempts: 
     if engine.kind == "vllm":
         raise PlacementError(
             "engine.kind = 'vllm' on the Ray backend: vLLM takes new weights only through its own trainer-side "
-            "communicator, which FireFlash does not drive yet; use engine.kind = 'sglang' (or runtime.backend = "
-            "'local' with a vLLM server)"
+            "communicator, which FireFlash does not drive yet; use engine.kind = 'sglang' (eval and probe can use "
+            "a vLLM server)"
         )
     workers = ray.num_rollout_workers
     common = dict(

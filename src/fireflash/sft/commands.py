@@ -30,24 +30,9 @@ from rich.progress import (
 from fireflash.config import FireFlashConfig
 from fireflash.protocols import Task
 from fireflash.sft.config import SFTConfig
+from fireflash.tasks.loader import HeldoutLeak, check_not_heldout
 
 console = Console()
-
-
-class HeldoutLeak(ValueError):
-    """An SFT task is one of the held-out tasks (they must never be trained on)."""
-
-
-def check_not_heldout(tasks: list[Task]) -> None:
-    """Raise ``HeldoutLeak`` naming the tasks if any id or path belongs to the bundled held-out split."""
-    from fireflash.tasks.loader import bundled_tasks
-
-    heldout = bundled_tasks("heldout")
-    ids = {t.id for t in heldout}
-    paths = {t.path.resolve() for t in heldout if t.path}
-    leaked = sorted(t.id for t in tasks if t.id in ids or (t.path and t.path.resolve() in paths))
-    if leaked:
-        raise HeldoutLeak(f"sft.tasks includes held-out tasks {leaked}; use bundled:train or your own training tasks")
 
 
 def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
@@ -66,7 +51,7 @@ def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
     tasks, errors = load_tasks(s.tasks)
     for e in errors:
         console.print(f"[yellow]skipped[/] {e}")
-    check_not_heldout(tasks)
+    check_not_heldout(tasks, "sft.tasks")
     hand_written = [t for t in tasks if not t.id.startswith(GENERATED_PREFIX)]
     return tasks, augment_tasks(hand_written, s.augment_copies, run_dir / "augmented")
 
@@ -124,11 +109,16 @@ def schedule(n_examples: int, batch_size: int, epochs: float, seed: int) -> list
 
 
 def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
-    """Build the oracle set, train, checkpoint; returns the final checkpoint directory."""
+    """Build the oracle set, train, checkpoint; returns the final checkpoint directory.
+
+    Raises:
+        RunDirInUse: without ``resume``, ``sft.run_dir`` already holds checkpoints or metrics (before any work).
+        CheckpointError: with ``resume``, it holds no checkpoint (before any work).
+    """
     import torch
 
     from fireflash.models import load_policy, load_tokenizer
-    from fireflash.runtime.tracking import MetricsWriter
+    from fireflash.runtime.tracking import MetricsWriter, refuse_existing_run
     from fireflash.sft.collect import load_oracle
     from fireflash.sft.data import examples_from
     from fireflash.sft.trainer import SFTTrainer
@@ -136,6 +126,11 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
 
     s = cfg.sft
     run_dir = Path(s.run_dir)
+    ckpt_root = run_dir / "checkpoints"
+    if resume:
+        latest_checkpoint(ckpt_root)  # before the oracle replays, not after them
+    else:  # its oracle set is reused; its checkpoints and metrics would be overwritten
+        refuse_existing_run(run_dir, "sft.run_dir")
     run_dir.mkdir(parents=True, exist_ok=True)
     tasks, copies = sft_tasks(cfg.sft, run_dir)
     asyncio.run(build_oracle(cfg, tasks + copies, run_dir / "oracle"))
@@ -150,7 +145,6 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
     steps = schedule(len(examples), s.batch_size, s.epochs, s.seed)
     torch.manual_seed(s.seed)
     torch.set_num_threads(os.cpu_count() or 1)
-    ckpt_root = run_dir / "checkpoints"
     start_step = 0
     source = s.init_from
     if resume:
@@ -164,6 +158,8 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
         load_checkpoint_state(Path(source), trainer.optimizer)
     (run_dir / "sft_config.json").write_text(cfg.model_dump_json(indent=1))
     writer = MetricsWriter(run_dir, tensorboard=cfg.tracking.tensorboard)
+    if resume:  # rows a killed run wrote past its checkpoint are run again; a torn last line would glue to the next
+        writer.drop_after(start_step)
     console.print(f"SFT: {len(examples)} examples, {len(steps)} steps of {s.batch_size}, "
                   f"{s.epochs} epochs, lr {s.lr}, from {source}")
     path = None
@@ -202,6 +198,7 @@ def sft_command(
     """Supervised warm-up on oracle trajectories of the training tasks (cold start before RL)."""
     from fireflash.cli import resolve_config
     from fireflash.models import ModelNotFound
+    from fireflash.runtime.tracking import RunDirInUse
     from fireflash.sandbox import SandboxUnavailable
     from fireflash.sft.oracle import OracleError
     from fireflash.tasks import TaskLoadError
@@ -210,7 +207,8 @@ def sft_command(
     cfg = resolve_config(config, overrides)
     try:
         link = run_sft(cfg, resume)
-    except (HeldoutLeak, OracleError, TaskLoadError, SandboxUnavailable, ModelNotFound, CheckpointError, ValueError) as e:
+    except (HeldoutLeak, OracleError, TaskLoadError, SandboxUnavailable, ModelNotFound, CheckpointError, RunDirInUse,
+            ValueError) as e:
         typer.echo(f"{type(e).__name__}: {e}", err=True)
         raise typer.Exit(2) from None
     console.print(f"SFT model: {link}  (use it as model.name_or_path for probe, train and eval)")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from fireflash.sandbox import SandboxConfig, make_backend
+from fireflash.protocols import Task
+from fireflash.sandbox import SandboxConfig, SandboxUnavailable, make_backend
 from fireflash.tasks.config import GatesConfig
 from fireflash.tasks.fuzz_run import fuzz_graders
 from fireflash.tasks.gates import GATE_NAMES, GateReport, validate_task
@@ -39,22 +43,75 @@ FuzzRepeatsOpt = typer.Option(2, help="Scorings of each workspace (identical inp
 ReportOpt = typer.Option(None, help="Write the summary as JSON here.")
 
 
+def _fail(message: str) -> NoReturn:
+    """One line on stderr and exit 2: a bad option or path, found before any sandbox starts."""
+    typer.echo(message, err=True)
+    raise typer.Exit(2)
+
+
+def _options(model: type[BaseModel], **options: Any) -> Any:
+    """``model(**options)``; a bad value exits with one line naming the option (``--cold-starts 0: ...``)."""
+    try:
+        return model(**options)
+    except ValidationError as e:
+        _fail("; ".join(f"--{str(err['loc'][0]).replace('_', '-')} {err['input']}: {err['msg']}" for err in e.errors()))
+
+
 def _gates(text: str) -> list[int]:
     try:
         gates = [int(g) for g in text.split(",") if g.strip()]
     except ValueError:
-        raise typer.BadParameter(
-            f"--gates {text!r}: expected comma-separated gate numbers, e.g. 1,2,6"
-        ) from None
+        _fail(f"--gates {text!r}: expected comma-separated gate numbers, e.g. 1,2,6")
     if not gates or any(g not in GATE_NAMES for g in gates):
-        raise typer.BadParameter(f"--gates {text!r}: gates are 1..9")
+        _fail(f"--gates {text!r}: gates are 1..9")
     return gates
 
 
+def _writable_dir(path: Path, option: str) -> None:
+    """Create ``path`` and write a file in it now, so results are never lost to it after the gates have run.
+
+    ``option`` names it in the message: ``--report-dir runs/gates``.
+    """
+    if path.exists() and not path.is_dir():
+        _fail(f"{option}: {path} is a file, not a directory; pass a writable directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        _fail(f"{option}: cannot write into {path} ({e.strerror or e}); pass a writable directory")
+
+
+def _load(paths: list[str]) -> tuple[list[Task], list[str]]:
+    """Load every path (printing load errors); a path without any task is refused, never counted as 0/0 passed."""
+    tasks: list[Task] = []
+    errors: list[str] = []
+    empty: list[str] = []
+    for path in paths:
+        found, failed = load_tasks([path])
+        tasks += found
+        errors += failed
+        if not found and not failed:
+            empty.append(path)
+    for error in errors:
+        console.print(f"[red]load error[/red] {error}")
+    if empty:
+        _fail(f"no tasks found under {', '.join(empty)}: a task is a directory holding task.toml (Harbor) or "
+              "task.yaml (Terminal-Bench 1); pass task directories, directories of them, or bundled:train")
+    return tasks, errors
+
+
+def _run(main: Any) -> Any:
+    try:
+        return asyncio.run(main)
+    except SandboxUnavailable as e:
+        _fail(f"SandboxUnavailable: {e}")
+
+
 async def _validate_all(
-    tasks, backend_name: str, cfg: GatesConfig, gates: list[int], on_report
+    tasks, sandbox: SandboxConfig, cfg: GatesConfig, gates: list[int], on_report
 ) -> list[GateReport]:
-    backend = make_backend(SandboxConfig(backend=backend_name))
+    backend = make_backend(sandbox)
     reports = []
     try:
         for task in tasks:
@@ -77,13 +134,12 @@ def validate(
     fuzz_cases: int = FuzzCasesOpt,
 ) -> None:
     """Run the nine gates on every task; print a table; exit 1 if any task (or task directory) fails."""
-    tasks, errors = load_tasks(paths)
-    for error in errors:
-        console.print(f"[red]load error[/red] {error}")
-    cfg = GatesConfig(cold_starts=cold_starts, determinism_repeats=determinism_repeats, fuzz_cases=fuzz_cases)
+    cfg = _options(GatesConfig, cold_starts=cold_starts, determinism_repeats=determinism_repeats, fuzz_cases=fuzz_cases)
+    sandbox = _options(SandboxConfig, backend=backend)
     selected = _gates(gates)
     if report_dir:
-        report_dir.mkdir(parents=True, exist_ok=True)
+        _writable_dir(report_dir, f"--report-dir {report_dir}")
+    tasks, errors = _load(paths)
 
     def on_report(report: GateReport) -> None:
         mark = "[green]PASS[/green]" if report.passed else f"[red]FAIL {report.failed_gates}[/red]"
@@ -92,7 +148,7 @@ def validate(
             (report_dir / f"{report.task_id}.json").write_text(report.model_dump_json(indent=2))
 
     start = time.monotonic()
-    reports = asyncio.run(_validate_all(tasks, backend, cfg, selected, on_report))
+    reports = _run(_validate_all(tasks, sandbox, cfg, selected, on_report))
     table = Table(title=f"validation: {len(reports)} tasks, {time.monotonic() - start:.0f} s")
     table.add_column("task", no_wrap=True)
     for g in selected:
@@ -125,10 +181,20 @@ def fuzz(
     report: Path | None = ReportOpt,
 ) -> None:
     """Score malformed workspaces with each task's grader; exit 1 on any crash or non-identical rescoring."""
-    tasks, errors = load_tasks(paths)
-    for error in errors:
-        console.print(f"[red]load error[/red] {error}")
-    summary = asyncio.run(fuzz_graders(tasks, make_backend(SandboxConfig(backend=backend)), cases, repeats))
+    sandbox = _options(SandboxConfig, backend=backend)
+    for option, value in (("--cases", cases), ("--repeats", repeats)):
+        if value < 1:
+            _fail(f"{option} {value}: must be at least 1")
+    if report:
+        _writable_dir(report.parent, f"--report {report}")
+    tasks, errors = _load(paths)
+    if not tasks:
+        _fail(f"no task loaded from {', '.join(paths)}; fix the load errors above")
+
+    async def run() -> dict[str, Any]:
+        return await fuzz_graders(tasks, make_backend(sandbox), cases, repeats)
+
+    summary = _run(run())
     console.print_json(json.dumps(summary))
     if report:
         report.write_text(json.dumps(summary, indent=2))

@@ -1,6 +1,6 @@
 """Task pool, probing and validation-gate configuration (RECIPE.md §2, §3)."""
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class ProbeConfig(BaseModel):
@@ -36,5 +36,17 @@ class TasksConfig(BaseModel):
 
     paths: list[str] = Field(default_factory=lambda: ["bundled:train"], description="Task dirs or 'bundled:SPLIT'.")
     pool_manifest: str | None = Field(None, description="Probe manifest; when set, only its kept tasks are trained on.")
+    allow_heldout: bool = Field(
+        False, description="Let `fireflash train` train on bundled held-out tasks (refused by default: held-out "
+        "scores of a policy trained on them mean nothing)."
+    )
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)
+
+    @field_validator("paths")
+    @classmethod
+    def _some(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("no task paths; give at least one task directory, directory of tasks, bundled:train or "
+                             "generated:N")
+        return v
