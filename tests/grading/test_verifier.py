@@ -77,3 +77,16 @@ def test_hung_verifier_scores_zero_with_timeout():
     output, score = run(with_backend(body))
     assert output.timed_out and output.duration_sec < 10
     assert (score.reward, score.reason) == (0.0, "timeout")
+
+
+def test_agent_that_deleted_its_workdir_scores_zero_not_a_grader_error():
+    task = load_task(DATA_DIR / "train" / "text-grep-errors")
+
+    async def body(backend):
+        attempt = await (await backend.prepare(task.environment, task.id)).fork()
+        await attempt.exec(f"cd /; rm -rf {task.environment.workdir}")
+        return await make_grader(task.grader).grade(task, attempt)
+
+    score = run(with_backend(body))
+    # the task's test.sh starts with `cd /app || exit 1`: the tests ran, found nothing and wrote no report
+    assert (score.reward, score.solved, score.reason) == (0.0, False, "no_report")

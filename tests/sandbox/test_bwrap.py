@@ -457,3 +457,32 @@ def test_a_launcher_that_does_not_answer_neither_blocks_the_loop_nor_is_reused(r
     finally:
         run(backend.close())
     assert not backend.dir.exists() and not [p for p in launchers if _state(p) not in "ZX"]
+
+
+def test_sandbox_whose_workdir_was_deleted_keeps_working_and_forks(run, sandbox):
+    # an agent deleting its own working directory is its mistake: its shell and every later fork must still start
+    r = run(sandbox.exec("cd /; rm -rf /app; echo gone"))
+    assert (r.exit_code, r.preview.strip()) == (0, "gone")
+    r = run(sandbox.exec("echo still here; pwd"))
+    assert (r.exit_code, r.preview.split()) == (0, ["still", "here", "/"])
+    child = run(sandbox.fork())
+    try:
+        r = run(child.exec("pwd; ls -d /app 2>&1 | head -1"))
+        assert r.exit_code == 0 and r.preview.splitlines()[0] == "/"
+        assert "No such file" in r.preview
+        run(child.exec("mkdir /app"))  # the agent may recreate it; later forks start there
+        grandchild = run(child.fork())
+        try:
+            assert run(grandchild.exec("pwd")).preview.strip() == "/app"
+        finally:
+            run(grandchild.close())
+    finally:
+        run(child.close())
+
+
+def test_shell_restart_after_the_cwd_was_deleted(run, sandbox):
+    run(sandbox.exec("mkdir /app/sub && cd /app/sub && rm -rf /app"))  # the shell sits in a deleted dir
+    r = run(sandbox.exec("echo ok; exit 3"))
+    assert r.exit_code == 3
+    r = run(sandbox.exec("echo back; pwd"))  # the new shell cannot cd back: it starts in /
+    assert (r.exit_code, r.preview.split()) == (0, ["back", "/"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fireflash.protocols import SandboxBackend
 from fireflash.sandbox.config import SandboxConfig
-from fireflash.sandbox.errors import SandboxClosed, SandboxError, SandboxUnavailable
+from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError, SandboxUnavailable
 from fireflash.sandbox.host import check_host
 
 BACKENDS = {
@@ -41,6 +41,7 @@ def make_backend(cfg: SandboxConfig) -> SandboxBackend:
 
 
 __all__ = [
+    "OutOfProcesses",
     "SandboxClosed",
     "SandboxConfig",
     "SandboxError",

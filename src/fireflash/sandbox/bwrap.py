@@ -13,23 +13,26 @@ What each sandbox gets
     - Namespaces: own mount, pid, ipc, uts, cgroup and network namespace (a fresh one per sandbox with
       only loopback: no network), unless the task sets ``allow_internet``.
     - Limits: memory, pids and CPU quota from the task (cgroup v2 or v1; rlimits when neither is
-      available), ``--die-with-parent``.
+      available), ``--die-with-parent``. A sandbox whose processes fill its pids limit, so that no new
+      shell can start, has them all killed (its pid 1 excepted) and the command's result says so.
     - Lifetime: the sandbox's pid 1 is a small keeper that only reaps; killing it from the host kills
       every process of the sandbox, and its mount namespace (overlay and tmpfs) vanishes with them.
 
 What it does not guarantee
     - The kernel is shared: a kernel exploit escapes (use a microVM backend against hostile code).
     - Overlay and tmpfs pages count against the sandbox's memory limit, not a separate disk quota.
-    - Without cgroups (mode 'none') the pids limit counts every process of ``sandbox_uid`` host-wide and
-      there is no CPU cap.
+    - Without cgroups (mode 'none') the pids limit counts every process of ``sandbox_uid`` host-wide (one
+      sandbox filling it can make another kill its own processes to start a shell) and there is no CPU cap.
 
 How it works
     ``prepare`` builds the task layer once and starts the parent. A sandbox takes a slot (a cgroup
     plus a launcher process living in it, see slots.py / launcher.py) and starts as: the launcher
     forks → the child unshares a mount namespace, mounts the tmpfs and the overlay, drops to
     ``sandbox_uid`` → exec ``bwrap`` (unprivileged, own user namespace) binding the overlay as ``/``
-    → keeper (pid 1) → the persistent shell. Further shells (restarts, background jobs) join the
-    sandbox's namespaces with ``setns``. A task parent keeps ``prefork`` children started ahead.
+    → keeper (pid 1) → the persistent shell, which starts in the task's workdir (in ``/`` when the agent
+    deleted it: a fork of that final state must still start, for grading). Further shells (restarts,
+    background jobs) join the sandbox's namespaces with ``setns``. A task parent keeps ``prefork``
+    children started ahead.
 
     A backend and its sandboxes belong to the event loop they were created in (pipes are read there).
 """

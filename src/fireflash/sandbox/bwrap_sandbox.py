@@ -6,6 +6,7 @@ The isolation it gives and how it starts are described in bwrap.py, which owns t
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import json
 import os
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from fireflash.protocols import ExecResult, Job, TaskEnvironment
 from fireflash.sandbox import files as sbfiles
 from fireflash.sandbox import linux
-from fireflash.sandbox.errors import SandboxClosed, SandboxError
+from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError
 from fireflash.sandbox.launcher import CTL_FD, INFO_FD
 from fireflash.sandbox.layers import Layer, diff_upper, snapshot_upper
 from fireflash.sandbox.session import ShellSession
@@ -106,6 +107,7 @@ class BwrapSandbox:
             cfg.preview_chars,
             cfg.kill_grace_sec,
             output_budget_bytes=cfg.output_size_mb * 1024 * 1024 // 2,
+            reclaim=self._kill_all_but_init,
         )
 
     @classmethod
@@ -154,7 +156,9 @@ class BwrapSandbox:
         argv += ["--perms", "1777", "--size", str(cfg.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         # command output has its own tmpfs: an agent filling /tmp still gets its error messages back
         argv += ["--perms", "0755", "--size", str(cfg.output_size_mb * 1024 * 1024), "--tmpfs", OUTPUT_DIR]
-        argv += ["--hostname", "sandbox", "--chdir", env.workdir, "--clearenv"]
+        # "/" always exists; the shell then cds to the workdir (restore_lines). An agent may have deleted
+        # the workdir, and the grader's fork of its final state must still start.
+        argv += ["--hostname", "sandbox", "--chdir", "/", "--clearenv"]
         for key, value in sandbox_env(env).items():
             argv += ["--setenv", key, value]
         argv += ["--setenv", "FF_CTL_FD", str(CTL_FD), "--info-fd", str(INFO_FD)]
@@ -262,6 +266,10 @@ class BwrapSandbox:
                 [stdin_r, ctl_w, err_w, *ns_fds],
                 self.backend.cfg.start_timeout_sec,
             )
+        except OutOfProcesses:
+            for fd in (stdin_w, ctl_r, err_r):
+                os.close(fd)
+            raise OutOfProcesses(f"the sandbox reached its limit of {self.env.pids_max} processes") from None
         except BaseException:
             for fd in (stdin_w, ctl_r, err_r):
                 os.close(fd)
@@ -282,12 +290,32 @@ class BwrapSandbox:
                 why = os.read(err_r, 65536).decode("utf-8", "replace").strip()
             except OSError:
                 why = ""
+            # the launcher forked, but its child could not exec (RLIMIT_NPROC) or the wrapper not fork the shell
+            if f"[Errno {errno.EAGAIN}]" in why or self._at_process_limit():
+                raise OutOfProcesses(f"the sandbox reached its limit of {self.env.pids_max} processes") from None
             raise SandboxError(
                 f"a new shell did not start in the sandbox ({type(e).__name__}): {why}"
             ) from None
         finally:
             os.close(err_r)
         return shell
+
+    def _at_process_limit(self) -> bool:
+        """Whether the sandbox's processes fill its pids limit (within the one a failed shell start may have freed)."""
+        slot = self._slot
+        if slot is not None and slot.cgroup is not None:
+            try:
+                in_use = slot.cgroup.pids_current() - 1  # the launcher counts too (Slot.configure)
+            except (OSError, ValueError):
+                return False
+        else:  # rlimits: RLIMIT_NPROC counts the processes of the sandbox uid host-wide (bwrap.py)
+            in_use = linux.count_processes_of(self.backend.cfg.sandbox_uid)
+        return in_use >= self.env.pids_max - 1
+
+    async def _kill_all_but_init(self) -> None:
+        """Kill every process of the sandbox but its pid 1 (the keeper, which reaps them): it filled its pids limit."""
+        self._root()
+        await asyncio.get_running_loop().run_in_executor(None, linux.kill_pidns, self._pidns, self._init_pid)
 
     # ── the Sandbox protocol ──
 

@@ -125,6 +125,10 @@ class Cgroup:
                 pass
         return sorted(seen)
 
+    def pids_current(self) -> int:
+        """Processes (and threads) counted against this cgroup's pids limit now."""
+        return int((self.dirs["pids"] / "pids.current").read_text())
+
     def kill_all(self, keep: int | None = None, timeout_sec: float = 5.0) -> bool:
         """SIGKILL every process but ``keep`` and wait until none is left; False if that took too long."""
         deadline = time.monotonic() + timeout_sec

@@ -11,3 +11,11 @@ class SandboxUnavailable(SandboxError):
 
 class SandboxClosed(SandboxError):
     """The sandbox was used after ``close()`` (or after it died)."""
+
+
+class OutOfProcesses(SandboxError):
+    """No process could be forked for the sandbox: its processes filled its pids limit (the agent's doing).
+
+    The shell session handles it by killing the sandbox's processes and telling the agent, so it only
+    escapes as an infrastructure failure when that did not free the limit.
+    """

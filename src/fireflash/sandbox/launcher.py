@@ -15,6 +15,8 @@ or ``{"error": "..."}``. Requests:
           the sandbox uid, exec bwrap (argv given)
     join  fds [stdin, ctl, err, net, user-owner, mnt, pid, ipc, uts, cgroup, (inner user)]: join a running
           sandbox's namespaces as the sandbox uid, exec the shell wrapper
+
+A failed fork is answered ``{"error": "...", "errno": N}``.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ def main(procs_files: list[str]) -> None:
         except OSError as e:
             for fd in fds:
                 os.close(fd)
-            sock.send(json.dumps({"error": f"fork failed: {e}"}).encode())
+            # EAGAIN: the slot's pids limit is full (the sandbox's own processes); the host can recover
+            sock.send(json.dumps({"error": f"fork failed: {e}", "errno": e.errno}).encode())
             continue
         if child == 0:
             try:

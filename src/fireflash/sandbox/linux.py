@@ -5,6 +5,7 @@
   without following the sandbox's symlinks out of it (a link to ``/etc/shadow`` resolves to the
   sandbox's own ``/etc/shadow``, never the host's).
 - ``descendants`` / ``kill_tree``: a process tree from ``/proc`` (this kernel has no ``/proc/PID/children``).
+- ``kill_pidns``: every process of a pid namespace but one (a sandbox that filled its pids limit).
 """
 
 from __future__ import annotations
@@ -155,6 +156,52 @@ def kill_tree(pid: int, include_root: bool, rounds: int = 20) -> None:
                     pass
         if include_root and not _alive(pid):
             return
+
+
+def pidns_members(pidns_link: str) -> list[int]:
+    """Host pids of the live (not zombie) processes in the pid namespace ``pidns_link``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") == pidns_link and _alive(int(name)):
+                found.append(int(name))
+        except OSError:
+            continue  # exited while we looked
+    return found
+
+
+def count_processes_of(uid: int) -> int:
+    """Processes on the host owned by ``uid``, zombies included (what RLIMIT_NPROC counts)."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                n += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                continue
+    return n
+
+
+def kill_pidns(pidns_link: str, keep: int, rounds: int = 20) -> None:
+    """SIGKILL every process of the pid namespace ``pidns_link`` but host pid ``keep``, repeating while new ones appear.
+
+    As in ``kill_tree``, each round stops what it finds before killing it, so a fork loop cannot outrun it;
+    this also finds what ``kill_tree`` misses: processes that double-forked away and shells whose parent
+    lives outside the namespace. The dead are reaped by their parents (``keep``, the namespace's pid 1,
+    for orphans), which frees their pids shortly after this returns.
+    """
+    for _ in range(rounds):
+        victims = [p for p in pidns_members(pidns_link) if p != keep]
+        if not victims:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in victims:
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
 
 
 def _alive(pid: int) -> bool:

@@ -8,6 +8,11 @@ command's whole tree, never just the shell); if the shell itself does not answer
 ``kill_grace_sec`` (a shell builtin loop) it is killed too and a new one is started with the last
 working directory and exported variables. With ``on_timeout='background'`` the busy shell becomes a
 background job and the next command gets a new shell.
+
+Out of processes: when a new shell cannot start because the sandbox's own processes fill its pids limit
+(a fork bomb, thousands of leftover daemons), every process of the sandbox is killed (``reclaim``), as
+an OOM killer would, and the new shell starts; the command's result says so. The agent pays for it (its
+processes and background jobs are gone); it is not an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fireflash.protocols import ExecResult, Job
-from fireflash.sandbox.errors import SandboxError
+from fireflash.sandbox.errors import OutOfProcesses, SandboxError
 from fireflash.sandbox.files import file_size, head_tail, remove_output
 from fireflash.sandbox.linux import kill_tree
 from fireflash.sandbox.shell import OUTPUT_DIR, Record, Shell, ShellDied, ShellState, decode_preview, run_line
 
 SHELL_RESTARTED = "[the shell exited with status {status}; a new shell was started with the previous working directory and exported variables]"
+RECLAIM_WAIT_SEC = 2.0  # how long a new shell may wait for killed processes to be reaped, seconds
+OUT_OF_PROCESSES = (
+    "[{why}: no new shell could start, so every process in the sandbox was killed (background jobs included) "
+    "and a new shell was started with the previous working directory and exported variables]"
+)
 
 
 @dataclass
@@ -49,6 +59,10 @@ def _code(text: str) -> int | None:
     return int(text) if text.lstrip("-").isdigit() else None
 
 
+def _join(*notes: str) -> str:
+    return "\n".join(n for n in notes if n)
+
+
 class ShellSession:
     """The persistent shell of one sandbox plus its background jobs.
 
@@ -64,6 +78,8 @@ class ShellSession:
             budget is deleted once its preview is returned).
         host_prefix: prepended to output paths the *shell* writes to (the unsafe-local backend, whose
             shell sees the host's paths while files are addressed relative to the sandbox directory).
+        reclaim: kills every process of the sandbox (its pid 1 excepted) when ``spawn`` raised
+            ``OutOfProcesses``; None: the error propagates.
     """
 
     def __init__(
@@ -76,6 +92,7 @@ class ShellSession:
         kill_grace_sec: float,
         output_budget_bytes: int | None = None,
         host_prefix: str = "",
+        reclaim: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._spawn = spawn
         self._host_pid = host_pid
@@ -88,6 +105,7 @@ class ShellSession:
         self._counter = itertools.count(1)
         self._lock = asyncio.Lock()
         self._prefix = host_prefix
+        self._reclaim = reclaim
         self._budget = output_budget_bytes
         self._outputs: list[tuple[str, int]] = []  # (path, bytes) of finished commands, oldest first
 
@@ -95,12 +113,36 @@ class ShellSession:
         """Use ``shell`` (already started at ``self.state``) as the main shell."""
         self._shell = shell
 
-    async def _main_shell(self) -> Shell:
+    async def _main_shell(self) -> tuple[Shell, str]:
+        """The main shell, started if needed, and a note for the command's result ('' or OUT_OF_PROCESSES)."""
+        note = ""
         if self._shell is None or self._shell.dead:
             if self._shell is not None:
                 self._shell.close()
-            self._shell = await self._spawn(self.state)
-        return self._shell
+            self._shell, note = await self._new_shell()
+        return self._shell, note
+
+    async def _new_shell(self) -> tuple[Shell, str]:
+        """A shell at ``self.state``; when the sandbox is out of processes, reclaim them first (see module docstring).
+
+        Raises:
+            OutOfProcesses: still out of processes after the reclaim.  SandboxError: the shell did not start.
+        """
+        try:
+            return await self._spawn(self.state), ""
+        except OutOfProcesses as e:
+            if self._reclaim is None:
+                raise
+            why = str(e)
+        await self._reclaim()
+        deadline = time.monotonic() + RECLAIM_WAIT_SEC
+        while True:  # the killed processes free their pids once their parents reaped them
+            try:
+                return await self._spawn(self.state), OUT_OF_PROCESSES.format(why=why)
+            except OutOfProcesses:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.02)
 
     async def exec(
         self, command: str, timeout_sec: float | None, background: bool, on_timeout: str
@@ -121,8 +163,8 @@ class ShellSession:
         output_path = f"{OUTPUT_DIR}/{n}.log"
         started = time.monotonic()
         if background:
-            job = await self._start_job(command, output_path, f"job-{n}")
-            return await self._result(None, output_path, started, job_id=job.job_id)
+            job, note = await self._start_job(command, output_path, f"job-{n}")
+            return await self._result(None, output_path, started, job_id=job.job_id, note=note)
         async with self._lock:
             return await self._exec_foreground(command, output_path, timeout_sec, on_timeout, started, n)
 
@@ -135,8 +177,10 @@ class ShellSession:
         started: float,
         n: int,
     ) -> ExecResult:
+        note = ""
         for attempt in range(2):  # a shell found dead on write is replaced once
-            shell = await self._main_shell()
+            shell, started_note = await self._main_shell()
+            note = note or started_note
             try:
                 done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
                 break
@@ -163,21 +207,22 @@ class ShellSession:
                 self._jobs[job.job_id] = job
                 self._shell = None
                 done.add_done_callback(lambda _f, s=shell: s.close())
-                return await self._result(None, output_path, started, timed_out=True, job_id=job.job_id)
+                return await self._result(None, output_path, started, timed_out=True, job_id=job.job_id, note=note)
             await self._kill_command(shell, done)
-            return await self._result(None, output_path, started, timed_out=True)
+            return await self._result(None, output_path, started, timed_out=True, note=note)
         except ShellDied:
             self._shell = None
             return await self._result(
-                None, output_path, started, note=SHELL_RESTARTED.format(status="unknown (killed)")
+                None, output_path, started, note=_join(note, SHELL_RESTARTED.format(status="unknown (killed)"))
             )
         if rec.kind == "X":
             self._shell = None
             return await self._result(
-                _code(rec.fields[0]), output_path, started, note=SHELL_RESTARTED.format(status=rec.fields[0])
+                _code(rec.fields[0]), output_path, started,
+                note=_join(note, SHELL_RESTARTED.format(status=rec.fields[0])),
             )
         self.state = ShellState(cwd=rec.fields[1], exports=rec.fields[2])
-        return await self._result(_code(rec.fields[0]), output_path, started)
+        return await self._result(_code(rec.fields[0]), output_path, started, note=note)
 
     async def _kill_command(self, shell: Shell, done: asyncio.Future[Record]) -> None:
         """Abort the running command: kill its process tree and make the shell leave it (SIGUSR1).
@@ -209,8 +254,8 @@ class ShellSession:
         shell.close()
         self._shell = None
 
-    async def _start_job(self, command: str, output_path: str, job_id: str) -> _Job:
-        shell = await self._spawn(self.state)
+    async def _start_job(self, command: str, output_path: str, job_id: str) -> tuple[_Job, str]:
+        shell, note = await self._new_shell()
         try:
             done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
         except ShellDied:
@@ -220,7 +265,7 @@ class ShellSession:
         job = _Job(job_id, command, output_path, shell, done)
         done.add_done_callback(lambda _f: shell.close())
         self._jobs[job_id] = job
-        return job
+        return job, note
 
     async def _result(
         self,

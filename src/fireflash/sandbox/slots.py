@@ -9,6 +9,7 @@ launchers only.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from fireflash.sandbox.cgroups import Cgroup, CgroupTree
-from fireflash.sandbox.errors import SandboxError
+from fireflash.sandbox.errors import OutOfProcesses, SandboxError
 
 LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 
@@ -77,7 +78,8 @@ class Launcher:
         """Ask the launcher to fork a sandbox process; its host pid.
 
         Raises:
-            SandboxError: the launcher died, did not answer in ``timeout_sec``, or reported a failure.
+            OutOfProcesses: the launcher could not fork because its cgroup's pids limit is full.
+            SandboxError: the launcher died, did not answer in ``timeout_sec``, or reported another failure.
         """
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -95,6 +97,8 @@ class Launcher:
                 raise SandboxError(f"sandbox launcher is gone ({e}){self._stderr()}") from None
             reply = await self._recv(timeout_sec)
             self.broken = False
+        if reply.get("errno") == errno.EAGAIN:
+            raise OutOfProcesses(f"sandbox launcher: {reply['error']}")
         if "error" in reply:
             raise SandboxError(f"sandbox launcher: {reply['error']}")
         return int(reply["pid"])
