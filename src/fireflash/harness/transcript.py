@@ -1,14 +1,36 @@
-"""A readable transcript of a ``Trajectory`` (what ``fireflash agent replay`` prints)."""
+"""A readable transcript of a ``Trajectory`` (what ``fireflash agent replay`` prints).
+
+Command output is the agent's: it may hold ESC sequences, carriage returns or bidi overrides that would
+drive the reader's terminal. The transcript shows them escaped (``\x1b``, ``\r``, ``\u202e``); only newline
+and tab pass through. The trajectory JSON keeps the exact text.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
 from fireflash.protocols import Trajectory
+
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), bidi embeddings/overrides/isolates
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\r": r"\r", "\b": r"\b", "\v": r"\v", "\f": r"\f"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters other than newline and tab written as escapes."""
+    return _CONTROL.sub(_escape, text)
 
 
 def render_transcript(traj: Trajectory, max_chars_per_message: int | None = None) -> str:
     """The conversation as plain text: a header with outcome and token counts, then each message.
+
+    Control characters are escaped (see the module docstring), so the text is safe to print.
 
     Args:
         traj: the attempt.
@@ -44,4 +66,4 @@ def render_transcript(traj: Trajectory, max_chars_per_message: int | None = None
         if m.reasoning:
             lines.append(f"(reasoning) {m.reasoning}")
         lines += [f"  → {tc.name} {json.dumps(tc.arguments, ensure_ascii=False)}" for tc in m.tool_calls]
-    return "\n".join(lines) + "\n"
+    return escape_controls("\n".join(lines)) + "\n"
