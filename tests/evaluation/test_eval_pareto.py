@@ -39,8 +39,50 @@ def test_frontier_of_hand_made_points():
 
 
 def test_identical_points_are_both_on_the_frontier_and_unpublished_are_ignored():
-    points = pts(("a", 1.0, 0.5), ("b", 1.0, 0.5), ("x", None, 0.9), ("y", 0.1, None), ("z", 0.0, 0.99))
+    points = pts(("a", 1.0, 0.5), ("b", 1.0, 0.5), ("x", None, 0.9), ("y", 0.1, None), ("w", None, None))
     assert sorted(points[i].name for i in pareto_frontier(points)) == ["a", "b"]
+
+
+def test_a_free_point_counts_for_the_frontier_and_the_table_says_why_it_is_not_drawn():
+    # $0 is a published value, not a missing one: it dominates every dearer, worse point
+    points = pts(("free", 0.0, 0.5), ("dear", 0.0001063, 0.073), ("best", 2.0, 0.9))
+    assert [points[i].name for i in pareto_frontier(points)] == ["free", "best"]
+    table = pareto_table(points)
+    assert "| free |  |  | 0 | 50.0% | yes (not plotted: $0 on a log axis) |" in table
+    assert "| dear |  |  | 0.0001063 | 7.3% |  |" in table
+    assert [points[i].name for i in pareto_frontier(pts(("free", 0.0, 0.5), ("also", 0.0, 0.2)))] == ["free"]
+    assert "| also |  |  | 0 | 20.0% | not plotted: $0 on a log axis |" in pareto_table(pts(("free", 0.0, 0.5), ("also", 0.0, 0.2)))
+
+
+def test_plot_names_free_points_in_a_footnote_and_keeps_the_footnotes_stacked():
+    import matplotlib.pyplot as plt
+
+    reference = read_points_csv(EXAMPLE)  # brings the mixed-task-set note and an unpublished point
+    free = ParetoPoint(name="A", benchmark="bundled:heldout (3 tasks)", cost_per_trial_usd=0.0, pass_at_1=0.5)
+    ours = point_from_results(our_results(), "r.json")  # $0.01, 16.7%: dominated by A
+    fig = pareto_figure(reference + [free, ours, ParetoPoint(name="blank")])
+    try:
+        renderer = fig.canvas.get_renderer()
+        notes = sorted(fig.texts, key=lambda t: -t.get_position()[1])  # top to bottom
+        texts = [t.get_text() for t in notes]
+        assert [t[:24] for t in texts] == ["Pass@1 measured on diffe", "not plotted (a log axis ", "not plotted (value not p"]
+        assert texts[1] == "not plotted (a log axis cannot show $0): A 50.0% @ $0 (on the Pareto frontier)"
+        assert texts[2] == "not plotted (value not published): Fable 5 (max effort) $22.02; blank"
+        boxes = [t.get_window_extent(renderer) for t in notes]
+        x_label = fig.axes[0].get_tightbbox(renderer)
+        assert boxes[2].y0 >= 0 and boxes[2].y1 < boxes[1].y0 and boxes[1].y1 < boxes[0].y0 and boxes[0].y1 < x_label.y0
+        # the frontier line does not pass through ours: A, off the plot, dominates it
+        (step,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "Pareto frontier"]
+        assert 0.01 not in list(step.get_xdata())
+    finally:
+        plt.close(fig)
+    fig = pareto_figure(pts(("free", 0.0, 0.5), ("dear", 1.0, 0.3)))  # every drawn point dominated: no frontier line
+    try:
+        assert not [line for line in fig.axes[0].get_lines() if line.get_label() == "Pareto frontier"]
+        assert [t.get_text() for t in fig.texts] == [
+            "not plotted (a log axis cannot show $0): free 50.0% @ $0 (on the Pareto frontier)"]
+    finally:
+        plt.close(fig)
 
 
 def test_reference_csv_and_frontier():

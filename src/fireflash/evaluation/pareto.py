@@ -9,7 +9,9 @@ magnitude). Other systems' points come from a CSV with the header
     name,setting,cost_per_trial_usd,pass_at_1_pct[,benchmark]
 
 (Pass@1 in percent, as reports publish it). An empty cost or Pass@1 means "not published": the point
-is listed in the table but neither plotted nor considered for the frontier. The optional ``benchmark``
+is listed in the table but neither plotted nor considered for the frontier. A cost of 0 (a free system) is
+a real value: the point counts for the frontier and is listed in the table, but a log axis cannot show $0,
+so it is not drawn; the plot's footnote names it (and says when it is on the frontier). The optional ``benchmark``
 column names the task set the Pass@1 was measured on (e.g. Terminal-Bench 4.0); our points carry the
 task specs of their eval run and its task count. When the plotted points come from more than one
 named task set, the plot and the table say that their positions are not a like-for-like ranking.
@@ -43,8 +45,14 @@ class ParetoPoint(BaseModel):
     ours: bool = Field(False, description="Measured by `fireflash eval` (highlighted on the plot).")
 
     @property
+    def complete(self) -> bool:
+        """Both values are known: the point takes part in the frontier (a cost of 0 included)."""
+        return self.pass_at_1 is not None and self.cost_per_trial_usd is not None
+
+    @property
     def plottable(self) -> bool:
-        return self.pass_at_1 is not None and self.cost_per_trial_usd is not None and self.cost_per_trial_usd > 0
+        """Complete with a cost > 0: the log-cost axis can show it."""
+        return self.complete and self.cost_per_trial_usd > 0
 
     @property
     def label(self) -> str:
@@ -119,11 +127,12 @@ def point_from_results(results: EvalResults, source: str) -> ParetoPoint:
 
 
 def pareto_frontier(points: Sequence[ParetoPoint]) -> list[int]:
-    """Indices of the plottable points no other point dominates, ordered by ascending cost.
+    """Indices of the complete points (both values known, cost 0 included) no other point dominates, ordered by
+    ascending cost.
 
     q dominates p when cost_q <= cost_p and pass_q >= pass_p with one strict. Identical points are all kept.
     """
-    live = [i for i, p in enumerate(points) if p.plottable]
+    live = [i for i, p in enumerate(points) if p.complete]
     front = []
     for i in live:
         p = points[i]
@@ -138,17 +147,17 @@ def pareto_frontier(points: Sequence[ParetoPoint]) -> list[int]:
 
 
 def mixed_benchmark_note(points: Sequence[ParetoPoint]) -> str | None:
-    """The warning that the plotted points' Pass@1 values come from different task sets; None when at most
-    one named task set is plotted (points without a benchmark are not counted)."""
-    names = list(dict.fromkeys(p.benchmark for p in points if p.plottable and p.benchmark))
+    """The warning that the compared points' Pass@1 values come from different task sets; None when at most
+    one named task set is compared (points without a benchmark or a value are not counted)."""
+    names = list(dict.fromkeys(p.benchmark for p in points if p.complete and p.benchmark))
     if len(names) < 2:
         return None
     return f"Pass@1 measured on different task sets ({'; '.join(names)}): positions are not a like-for-like ranking"
 
 
 def pareto_table(points: Sequence[ParetoPoint]) -> str:
-    """Markdown table of every point, cheapest first; unpublished values shown as '–'; the mixed-task-set
-    note (``mixed_benchmark_note``) under it when it applies."""
+    """Markdown table of every point, cheapest first; unpublished values shown as '–'; points not on the plot
+    say why; the mixed-task-set note (``mixed_benchmark_note``) under it when it applies."""
     front = set(pareto_frontier(points))
     order = sorted(range(len(points)), key=lambda i: (points[i].cost_per_trial_usd is None, points[i].cost_per_trial_usd or 0.0))
     lines = ["| system | setting | task set | $ / trial | Pass@1 | Pareto frontier |", "|---|---|---|---|---|---|"]
@@ -156,7 +165,10 @@ def pareto_table(points: Sequence[ParetoPoint]) -> str:
         p = points[i]
         cost = "–" if p.cost_per_trial_usd is None else f"{p.cost_per_trial_usd:.4g}"
         acc = "–" if p.pass_at_1 is None else f"{p.pass_at_1:.1%}"
-        mark = "yes" if i in front else ("not plotted" if not p.plottable else "")
+        mark = "yes" if i in front else ""
+        if not p.plottable:
+            why = "not plotted: $0 on a log axis" if p.complete else "not plotted"
+            mark = f"{mark} ({why})" if mark else why
         lines.append(f"| {p.name}{' (ours)' if p.ours else ''} | {p.setting} | {p.benchmark} | {cost} | {acc} | {mark} |")
     note = mixed_benchmark_note(points)
     return "\n".join(lines) + "\n" + (f"\n**{note}.**\n" if note else "")
@@ -178,7 +190,8 @@ def _stack_footnotes(fig, notes: Sequence[tuple[str, dict]]) -> float:
 
 def pareto_figure(points: Sequence[ParetoPoint], title: str = "Cost per trial vs Pass@1"):
     """The matplotlib Figure of ``plot_pareto``: plottable points (log-cost x axis), ours highlighted, the frontier as
-    a step line; under the axes the mixed-task-set note and the points not plotted. The caller closes it.
+    a step line; under the axes the mixed-task-set note, the $0 points (a log axis cannot show them; they count for
+    the frontier) and the points with an unpublished value. The caller closes it.
 
     Raises:
         ValueError: no point has both a positive cost and a Pass@1.
@@ -192,7 +205,8 @@ def pareto_figure(points: Sequence[ParetoPoint], title: str = "Cost per trial vs
     shown = [p for p in points if p.plottable]
     if not shown:
         raise ValueError("no point has both a cost per trial > 0 and a Pass@1; nothing to plot")
-    front = [points[i] for i in pareto_frontier(points)]
+    frontier = pareto_frontier(points)
+    front = [points[i] for i in frontier if points[i].plottable]  # a $0 one is named in a footnote instead
     mixed = mixed_benchmark_note(points)
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     lo, hi = min(p.cost_per_trial_usd for p in shown), max(p.cost_per_trial_usd for p in shown)
@@ -211,23 +225,32 @@ def pareto_figure(points: Sequence[ParetoPoint], title: str = "Cost per trial vs
                     ha="right" if right_half else "left", fontsize=8, parse_math=False)
     xs = [f.cost_per_trial_usd for f in front]
     ys = [100 * f.pass_at_1 for f in front]
-    # staircase: the best Pass@1 reachable at each cost, extended to the right edge of the plot
-    ax.step(xs + [hi * 3], ys + [ys[-1]], where="post", color="tab:blue", linestyle="--", linewidth=1.2, label="Pareto frontier")
+    if front:  # empty when $0 points dominate every plotted one
+        # staircase: the best Pass@1 reachable at each cost, extended to the right edge of the plot
+        ax.step(xs + [hi * 3], ys + [ys[-1]], where="post", color="tab:blue", linestyle="--", linewidth=1.2,
+                label="Pareto frontier")
     ax.set_xscale("log")
     ax.set_xlim(lo / 2, hi * 3)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"${v:g}"))
     notes = [(mixed, {"fontsize": 8, "color": "darkred"})] if mixed else []
-    hidden = [p for p in points if not p.plottable]
+    free = [i for i, p in enumerate(points) if p.complete and not p.plottable]
+    if free:
+        notes.append(("not plotted (a log axis cannot show $0): " + "; ".join(
+            f"{points[i].label} {points[i].pass_at_1:.1%} @ $0" + (" (on the Pareto frontier)" if i in frontier else "")
+            for i in free), {"fontsize": 7, "color": "dimgray"}))
+    hidden = [p for p in points if not p.complete]
     if hidden:
         notes.append(("not plotted (value not published): " + "; ".join(
-            f"{p.label} " + (f"${p.cost_per_trial_usd:g}" if p.cost_per_trial_usd is not None else f"{p.pass_at_1:.1%}")
+            p.label + (f" ${p.cost_per_trial_usd:g}" if p.cost_per_trial_usd is not None
+                       else f" {p.pass_at_1:.1%}" if p.pass_at_1 is not None else "")
             for p in hidden), {"fontsize": 7, "color": "dimgray"}))
     ax.set_ylim(max(-2.0, min(ys + [100 * p.pass_at_1 for p in shown]) - 10), min(100.0, max(100 * p.pass_at_1 for p in shown) + 10))
     ax.set_xlabel("cost per trial (USD, log scale)")
     ax.set_ylabel("Pass@1 (%)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
+    if front:
+        ax.legend(loc="lower right")
     fig.tight_layout(rect=(0, _stack_footnotes(fig, notes) if notes else 0, 1, 1))
     return fig
 
