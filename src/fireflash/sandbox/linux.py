@@ -137,6 +137,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _stop_and_kill(pids: list[int]) -> None:
+    """SIGSTOP all of ``pids``, then SIGKILL them: stopped first, none can fork while the others die."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+
+
 def kill_tree(pid: int, include_root: bool, rounds: int = 20) -> None:
     """SIGKILL every descendant of ``pid`` (and ``pid`` if ``include_root``), repeating while new ones appear.
 
@@ -148,12 +158,7 @@ def kill_tree(pid: int, include_root: bool, rounds: int = 20) -> None:
         victims = descendants(pid) + ([pid] if include_root else [])
         if not victims:
             return
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for p in victims:
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
+        _stop_and_kill(victims)
         if include_root and not _alive(pid):
             return
 
@@ -196,12 +201,7 @@ def kill_pidns(pidns_link: str, keep: int, rounds: int = 20) -> None:
         victims = [p for p in pidns_members(pidns_link) if p != keep]
         if not victims:
             return
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for p in victims:
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
+        _stop_and_kill(victims)
 
 
 def _alive(pid: int) -> bool:
