@@ -762,7 +762,9 @@ def tail_lines(d: _Draw) -> TaskSpec:
     lines = d.lines(d.rng.randint(n + 3, n + 10))
     ins = d.pick(f"Save the final {n} lines of `/app/{src}` as `/app/{out}`.",
                  f"Copy the bottom {n} lines of `/app/{src}` into `/app/{out}`, in their original order.",
-                 f"`/app/{out}` should contain only the last {n} lines of `/app/{src}`. Create it.")
+                 f"`/app/{out}` should contain only the last {n} lines of `/app/{src}`. Create it.",
+                 f"Put the closing {n} lines of the file `/app/{src}` into a new file `/app/{out}`.",
+                 f"Extract the {n} lines at the end of `/app/{src}` and store them in `/app/{out}` as they are.")
     return TaskSpec("tail-lines", "text-processing", ins, {src: _text(lines)},
                     f"tail -n {n} /app/{src} > /app/{out}", _checks_lines(out, f"lines({src!r})[-{n}:]", (src,)))
 
@@ -776,35 +778,50 @@ def number_lines(d: _Draw) -> TaskSpec:
     ins = d.pick(f"Create `/app/{out}` from `/app/{src}` by putting each line's number (counting from 1) and "
                  f"{name} in front of it, e.g. `{example}`.",
                  f"Number the lines of `/app/{src}`: write them to `/app/{out}`, each preceded by its line number "
-                 f"and {name} (first line: `{example}`).")
-    awk_sep = sep.replace("\t", "\\t")
-    return TaskSpec("number-lines", "text-processing", ins, {src: _text(lines)},
-                    f"awk '{{print NR \"{awk_sep}\" $0}}' /app/{src} > /app/{out}",
-                    _checks_lines(out, f"[f'{{i}}{awk_sep}{{x}}' for i, x in enumerate(lines({src!r}), 1)]", (src,)))
+                 f"and {name} (first line: `{example}`).",
+                 f"Produce `/app/{out}`: the lines of `/app/{src}` in order, each starting with its 1-based line "
+                 f"number followed by {name}, as in `{example}`.",
+                 f"Add line numbers to `/app/{src}` and save the result as `/app/{out}`. Each output line is the "
+                 f"number (from 1), then {name}, then the original line, e.g. `{example}`.")
+    # nl, not awk '{print NR ". " $0}': inside a JSON tool call awk's double quotes must be escaped, which a
+    # 135M policy gets wrong (a format error); nl's separator needs no escaping, and its default is the tab
+    sol = f"nl -ba -w1 /app/{src} > /app/{out}" if sep == "\t" else f"nl -ba -w1 -s'{sep}' /app/{src} > /app/{out}"
+    py_sep = sep.replace("\t", "\\t")
+    return TaskSpec("number-lines", "text-processing", ins, {src: _text(lines)}, sol,
+                    _checks_lines(out, f"[f'{{i}}{py_sep}{{x}}' for i, x in enumerate(lines({src!r}), 1)]", (src,)))
 
 
 def top_values(d: _Draw) -> TaskSpec:
     src, out, k = d.file(0, "log"), d.file(1), d.rng.choice((1, 2, 4, 5))
     field, what = d.rng.choice(((1, "user name"), (2, "city"), (3, "word")))
+    nth = ("first", "second", "third")[field - 1]
     pools = (NAMES, CITIES, WORDS)
     pool = d.rng.sample(pools[field - 1], 7)
-    weights = d.rng.sample(range(1, 12), 7)  # distinct counts: no ties to break
+    # some instances have equal counts, which the stated order (count down, then value up) settles
+    weights = d.rng.sample(range(1, 12), 7) if d.rng.random() < 0.5 else [d.rng.randint(1, 6) for _ in range(7)]
     rows = [[d.rng.choice(NAMES), d.rng.choice(CITIES), d.rng.choice(WORDS)] for _ in range(sum(weights))]
     order = [v for v, w in zip(pool, weights) for _ in range(w)]
     d.rng.shuffle(order)
     for r, v in zip(rows, order):
         r[field - 1] = v
     data = _text([" ".join(r) for r in rows])
+    plural = "s" if k > 1 else ""
     ins = d.pick(f"Each line of `/app/{src}` has three space-separated fields: user name, city, word. Write the "
-                 f"{k} most common {what}{'s' if k > 1 else ''} (field {field}) to `/app/{out}`, one per line, most "
-                 "frequent first.",
-                 f"Which {k} value{'s' if k > 1 else ''} of field {field} ({what}) occur most often in `/app/{src}` "
+                 f"{k} most common {what}{plural} (field {field}) to `/app/{out}`, one per line, most "
+                 "frequent first (equal counts in alphabetical order).",
+                 f"Which {k} value{plural} of field {field} ({what}) occur most often in `/app/{src}` "
                  f"(space-separated: user name, city, word)? List {'them' if k > 1 else 'it'} in `/app/{out}`, "
-                 "most frequent first, one per line.")
-    sol = (f"cut -d' ' -f{field} /app/{src} | sort | uniq -c | sort -rn | head -n {k} | awk '{{print $2}}' "
+                 "most frequent first, one per line; on equal counts the alphabetically smaller value comes first.",
+                 f"In `/app/{src}` every line is `user name, city, word` separated by single spaces. Count how often "
+                 f"each {what} (the {nth} field) appears and save the top {k} to `/app/{out}`, highest count first "
+                 "and alphabetically among equal counts, one per line.",
+                 f"The {nth} field of each line of `/app/{src}` is a {what} (fields: user name, city, word, separated "
+                 f"by spaces). Write the {k} {what}{plural} seen most often to `/app/{out}`, one per line, by count "
+                 "descending, ties sorted alphabetically.")
+    sol = (f"cut -d' ' -f{field} /app/{src} | sort | uniq -c | sort -k1,1nr -k2,2 | head -n {k} | awk '{{print $2}}' "
            f"> /app/{out}")
-    expected = (f"[v for v, _ in __import__('collections').Counter(x.split()[{field - 1}] for x in lines({src!r}))"
-                f".most_common({k})]")
+    expected = (f"[v for v, _ in sorted(__import__('collections').Counter(x.split()[{field - 1}] for x in "
+                f"lines({src!r})).items(), key=lambda vc: (-vc[1], vc[0]))[:{k}]]")
     return TaskSpec("top-values", "log-analysis", ins, {src: data}, sol, _checks_lines(out, expected))
 
 
@@ -824,9 +841,13 @@ def find_size(d: _Draw) -> TaskSpec:
     ins = d.pick(f"List the files under `/app/{root}` (subdirectories too) that are {cmp}, {where}, sorted, one per "
                  f"line, in `/app/{out}`.",
                  f"Write to `/app/{out}` the paths ({where}) of every file below `/app/{root}` whose size is {cmp}, "
-                 "sorted alphabetically.")
+                 "sorted alphabetically.",
+                 f"Search `/app/{root}` recursively for files {cmp} and save their paths ({where}) to "
+                 f"`/app/{out}`, one per line in sorted order.")
     size = f"-type f -size {'+' if bigger else '-'}{limit}c"  # c: bytes, no rounding up to blocks
-    sol = (f"cd /app/{root} && find . {size} | sed 's|^\\./||' | sort > /app/{out}" if rel else
+    # `find *` in the directory prints paths relative to it: no `sed 's|^\./||'`, whose escapes a 135M policy
+    # garbles into `sed 's/^/\./'`
+    sol = (f"cd /app/{root} && find * {size} | sort > /app/{out}" if rel else
            f"find /app/{root} {size} | sort > /app/{out}")
     shown = f"str(p.relative_to(DATA / {root!r}))" if rel else "str(APP / p.relative_to(DATA))"
     expected = f"sorted({shown} for p in (DATA / {root!r}).rglob('*') if p.is_file() and {test})"
@@ -834,24 +855,26 @@ def find_size(d: _Draw) -> TaskSpec:
 
 
 def tar_gz_files(d: _Draw) -> TaskSpec:
-    root, name = d.dirs[0], d.stems[5]
+    root, name = d.dirs[0], d.stems[5] + d.rng.choice((".tgz", ".tar.gz"))
     ext = d.rng.choice(("txt", "csv", "cfg", "md"))
     files = _tree(d, root, (ext, "dat"), 6)
     files = {k: v for k, v in files.items() if k.count("/") == 1}  # top level only
     files[f"{root}/{d.stems[0]}_k.{ext}"] = "keep\n"
-    ins = d.pick(f"Pack the `.{ext}` files of `/app/{root}` into the gzip-compressed tarball `/app/{name}.tgz`, with "
+    ins = d.pick(f"Pack the `.{ext}` files of `/app/{root}` into the gzip-compressed tarball `/app/{name}`, with "
                  f"bare file names as member names (no `{root}/` prefix) and nothing else inside.",
-                 f"Create `/app/{name}.tgz`, a tar.gz holding just the `*.{ext}` files from `/app/{root}`, each stored "
-                 "under its bare file name.")
+                 f"Create `/app/{name}`, a tar.gz holding just the `*.{ext}` files from `/app/{root}`, each stored "
+                 "under its bare file name.",
+                 f"Archive every `.{ext}` file in `/app/{root}` into `/app/{name}` (tar with gzip compression). "
+                 f"Members must be the plain file names, without any directory part; leave out all other files.")
     checks = _checks(f"""
 def test_members():
     import tarfile
 
-    with tarfile.open(APP / '{name}.tgz', 'r:gz') as t:
+    with tarfile.open(APP / '{name}', 'r:gz') as t:
         names = sorted(m.name.removeprefix('./') for m in t.getmembers() if m.isfile())
     assert names == sorted(p.name for p in (DATA / {root!r}).glob('*.{ext}'))""")
     return TaskSpec("tar-gz-files", "file-manipulation", ins, files,
-                    f"cd /app/{root} && tar -czf /app/{name}.tgz *.{ext}", checks)
+                    f"cd /app/{root} && tar -czf /app/{name} *.{ext}", checks)
 
 
 def git_tag(d: _Draw) -> TaskSpec:
@@ -862,11 +885,15 @@ def git_tag(d: _Draw) -> TaskSpec:
     if annotated:
         ins = d.pick(f"Tag the current commit of the git repo `/app/{repo}` as `{tag}` with an annotated tag whose "
                      f"message is `{msg}`.",
-                     f"In `/app/{repo}`, add the annotated git tag `{tag}` (message: `{msg}`) to `HEAD`.")
+                     f"In `/app/{repo}`, add the annotated git tag `{tag}` (message: `{msg}`) to `HEAD`.",
+                     f"Mark the latest commit of the repository `/app/{repo}` with an annotated tag called `{tag}` "
+                     f"and the tag message `{msg}`.")
         sol = f"git -C /app/{repo} tag -a {tag} -m '{msg}'"
     else:
         ins = d.pick(f"Add a lightweight git tag `{tag}` to the latest commit of `/app/{repo}`.",
-                     f"Create the tag `{tag}` (a plain, lightweight tag) on `HEAD` in the git repository `/app/{repo}`.")
+                     f"Create the tag `{tag}` (a plain, lightweight tag) on `HEAD` in the git repository `/app/{repo}`.",
+                 f"The git repository `/app/{repo}` needs a lightweight (not annotated) tag `{tag}` on its current "
+                 "commit. Add it.")
         sol = f"git -C /app/{repo} tag {tag}"
     r = repr("/app/" + repo)
     # an annotated tag's ref names a tag object, a lightweight one's the commit itself
@@ -888,7 +915,9 @@ def group_totals(d: _Draw) -> TaskSpec:
     ins = d.pick(f"`/app/{src}` has the columns `{','.join(header)}`. For each `{key}`, compute the {what}, and write "
                  f"`/app/{out}` with the header `{key},{agg}` and one `{key},value` line per {key}, sorted by {key}.",
                  f"Group the CSV `/app/{src}` (columns `{','.join(header)}`) by `{key}` and write the {what} of each "
-                 f"group to `/app/{out}`: header `{key},{agg}`, then one line per {key} in alphabetical order.")
+                 f"group to `/app/{out}`: header `{key},{agg}`, then one line per {key} in alphabetical order.",
+                 f"Using `/app/{src}` (header `{','.join(header)}`), write `/app/{out}` listing the {what} for each "
+                 f"distinct `{key}`: first the line `{key},{agg}`, then `{key},value` rows ordered by {key}.")
     expr = {"sum": "int(r[2])", "count": "1", "max": "int(r[3])"}[agg]
     fold = "max" if agg == "max" else "sum"
     sol = (f"python3 - <<'EOF'\nimport csv\nrows = list(csv.DictReader(open(\"/app/{src}\")))\ngroups = {{}}\n"
@@ -912,7 +941,9 @@ def csv_compare_json(d: _Draw) -> TaskSpec:
     ins = d.pick(f"Read the CSV `/app/{src}` (columns `{','.join(header)}`) with Python and write `/app/{out}`: a JSON "
                  f"list of the `{key}` of each row whose `have` is {words} its `need`, {order}.",
                  f"Write to `/app/{out}` a JSON array holding the `{key}` values of the rows of `/app/{src}` (columns "
-                 f"`{','.join(header)}`) where `have` is {words} `need`, {order}.")
+                 f"`{','.join(header)}`) where `have` is {words} `need`, {order}.",
+                 f"`/app/{src}` is a CSV with the columns `{','.join(header)}`. Select the rows whose `have` is "
+                 f"{words} their `need` and save the list of their `{key}` values as JSON in `/app/{out}`, {order}.")
     sort = key == "code"
     sol = (f"python3 - <<'EOF'\nimport csv, json\nrows = list(csv.DictReader(open(\"/app/{src}\")))\n"
            f"keep = [r[\"{key}\"] for r in rows if int(r[\"have\"]) {op} int(r[\"need\"])]\n"
