@@ -108,3 +108,30 @@ def test_sft_resume_without_a_checkpoint_stops_before_the_oracle_replays(tmp_pat
     assert result.exit_code == 2, result.output
     assert result.output.strip() == f"CheckpointError: no checkpoint under {tmp_path / 'run' / 'checkpoints'}; start without --resume"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_second_pass_trains_from_the_first_and_model_links_its_checkpoint(tmp_path):
+    """`sft.passes`: a run killed between passes (here: run without them) continues with --resume."""
+    config = _config(tmp_path, [_task_dir("train", "text-uppercase")])
+    second = [f"sft.passes=[{{tasks = {json.dumps([_task_dir('train', 'text-head-lines')])}, lr = 1e-3}}]"]
+    assert CliRunner().invoke(app, ["sft", "-c", config]).exit_code == 0
+    run = tmp_path / "run"
+    first = (run / "model").resolve()
+    first_rows = (run / "metrics.jsonl").read_text()
+    result = CliRunner().invoke(app, ["sft", "-c", config, *second, "--resume"])
+    assert result.exit_code == 0, result.output
+    final = (run / "model").resolve()
+    assert final.parent == (run / "pass-2" / "checkpoints").resolve() and (final / "model.safetensors").exists()
+    assert (run / "metrics.jsonl").read_text() == first_rows  # the first pass is not run again
+    assert json.loads((run / "pass-2" / "sft_config.json").read_text())["sft"]["init_from"] == str(first)
+    assert (run / "pass-2" / "metrics.jsonl").read_text().count("\n") >= 1
+    before, after = load_policy(str(first)).state_dict(), load_policy(str(final)).state_dict()
+    assert any((before[k] - after[k]).abs().max() > 0 for k in before)
+
+
+def test_a_later_pass_with_heldout_tasks_is_refused_before_the_first_pass(tmp_path):
+    later = [f"sft.passes=[{{tasks = {json.dumps([_task_dir('heldout', 'text-tail-lines')])}}}]"]
+    result = CliRunner().invoke(app, ["sft", *_quick(tmp_path), *later])
+    assert result.exit_code == 2, result.output
+    assert "sft.passes[0].tasks" in result.output and "held-out tasks ['text-tail-lines']" in result.output
+    assert not (tmp_path / "run").exists()

@@ -35,7 +35,7 @@ from fireflash.tasks.loader import HeldoutLeak, check_not_heldout
 console = Console()
 
 
-def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
+def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks") -> tuple[list[Task], list[Task]]:
     """The tasks of ``s.tasks`` (held-out ones refused) and their ``s.augment_copies`` renamed copies.
 
     Copies are written once to ``run_dir/augmented/`` and reused on rerun, like the oracle set. Generated
@@ -51,7 +51,7 @@ def sft_tasks(s: SFTConfig, run_dir: Path) -> tuple[list[Task], list[Task]]:
     tasks, errors = load_tasks(s.tasks)
     for e in errors:
         console.print(f"[yellow]skipped[/] {e}")
-    check_not_heldout(tasks, "sft.tasks")
+    check_not_heldout(tasks, field)
     hand_written = [t for t in tasks if not t.id.startswith(GENERATED_PREFIX)]
     return tasks, augment_tasks(hand_written, s.augment_copies, run_dir / "augmented")
 
@@ -109,30 +109,60 @@ def schedule(n_examples: int, batch_size: int, epochs: float, seed: int) -> list
 
 
 def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
-    """Build the oracle set, train, checkpoint; returns the final checkpoint directory.
+    """Run the warm-up's passes (``[sft]``, then each of ``sft.passes`` from the one before); returns
+    ``RUN_DIR/model``, a link to the last pass's final checkpoint, made only once every pass has finished.
 
     Raises:
         RunDirInUse: without ``resume``, ``sft.run_dir`` already holds checkpoints or metrics (before any work).
         CheckpointError: with ``resume``, it holds no checkpoint (before any work).
     """
+    from fireflash.runtime.tracking import refuse_existing_run
+    from fireflash.tasks.loader import load_tasks
+    from fireflash.training.checkpoint import latest_checkpoint
+
+    s = cfg.sft
+    run_dir = Path(s.run_dir)
+    if resume:
+        latest_checkpoint(run_dir / "checkpoints")  # before the oracle replays, not after them
+    else:  # its oracle set is reused; its checkpoints and metrics would be overwritten
+        refuse_existing_run(run_dir, "sft.run_dir")
+    for i, p in enumerate(s.passes):  # a later pass's held-out task is refused now, not after the first pass
+        check_not_heldout(load_tasks(p.tasks)[0], f"sft.passes[{i}].tasks")
+    final = _run_pass(cfg, run_dir, resume)
+    for k, p in enumerate(s.passes, start=2):
+        pass_dir = run_dir / f"pass-{k}"
+        update = {"tasks": p.tasks, "epochs": p.epochs, "lr": p.lr, "augment_copies": p.augment_copies,
+                  "init_from": str(final), "run_dir": str(pass_dir), "passes": []}
+        pass_cfg = cfg.model_copy(update={"sft": s.model_copy(update=update)})
+        # a pass a killed run checkpointed continues; one it never checkpointed starts afresh, without the
+        # metrics rows of its lost steps
+        go_on = resume and (pass_dir / "checkpoints" / "latest").is_file()
+        if not go_on:
+            (pass_dir / "metrics.jsonl").unlink(missing_ok=True)
+        final = _run_pass(pass_cfg, pass_dir, go_on, f"sft.passes[{k - 2}].tasks")
+    link = run_dir / "model"
+    tmp = run_dir / ".model.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(final.relative_to(run_dir))
+    os.replace(tmp, link)
+    return link
+
+
+def _run_pass(cfg: FireFlashConfig, run_dir: Path, resume: bool, field: str = "sft.tasks") -> Path:
+    """One pass of ``cfg.sft`` in ``run_dir``: oracle set, steps, checkpoints; returns its final checkpoint."""
     import torch
 
     from fireflash.models import load_policy, load_tokenizer
-    from fireflash.runtime.tracking import MetricsWriter, refuse_existing_run
+    from fireflash.runtime.tracking import MetricsWriter
     from fireflash.sft.collect import load_oracle
     from fireflash.sft.data import examples_from
     from fireflash.sft.trainer import SFTTrainer
     from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 
     s = cfg.sft
-    run_dir = Path(s.run_dir)
     ckpt_root = run_dir / "checkpoints"
-    if resume:
-        latest_checkpoint(ckpt_root)  # before the oracle replays, not after them
-    else:  # its oracle set is reused; its checkpoints and metrics would be overwritten
-        refuse_existing_run(run_dir, "sft.run_dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    tasks, copies = sft_tasks(cfg.sft, run_dir)
+    tasks, copies = sft_tasks(cfg.sft, run_dir, field)
     asyncio.run(build_oracle(cfg, tasks + copies, run_dir / "oracle"))
     trajectories = load_oracle(run_dir / "oracle")
     if copies:
@@ -177,13 +207,8 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
     finally:
         writer.close()
     path = path or latest_checkpoint(ckpt_root)
-    link = run_dir / "model"
-    tmp = run_dir / ".model.tmp"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(path.relative_to(run_dir))
-    os.replace(tmp, link)
     (run_dir / "summary.json").write_text(json.dumps({"examples": len(examples), "steps": len(steps), "checkpoint": str(path)}))
-    return link
+    return path
 
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")

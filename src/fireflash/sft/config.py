@@ -5,6 +5,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fireflash.sft.oracle import VARIANTS
 
 
+class SFTPass(BaseModel):
+    """A further warm-up pass, trained from the previous pass's final model with its own tasks and schedule.
+
+    Everything not named here (variants, batch size, micro-batch tokens, seed, ...) is the ``[sft]`` table's.
+    It runs in ``sft.run_dir/pass-K`` (K = 2, 3, ...) with its own oracle set, metrics and checkpoints.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[str] = Field(description="Tasks whose reference solutions are replayed; never held-out ones.")
+    epochs: float = Field(1.0, gt=0, description="Passes over this pass's oracle examples.")
+    lr: float = Field(1e-4, gt=0, description="Peak AdamW learning rate of this pass (cosine decay to 10%).")
+    augment_copies: int = Field(0, ge=0, description="Path-renamed copies of each hand-written task.")
+
+
 class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -27,6 +42,11 @@ class SFTConfig(BaseModel):
     augment_copies: int = Field(
         0, ge=0, description="Path-renamed copies of each task added to the oracle set (RUN_DIR/augmented/, "
         "see fireflash.sft.augment); 0 trains on the tasks as they are."
+    )
+
+    passes: list[SFTPass] = Field(
+        [], description="Further passes after this one, each from the previous pass's final model; "
+        "RUN_DIR/model links the last pass's final checkpoint."
     )
 
     @field_validator("variants")
