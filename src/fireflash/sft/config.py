@@ -43,7 +43,6 @@ class SFTConfig(BaseModel):
         0, ge=0, description="Path-renamed copies of each task added to the oracle set (RUN_DIR/augmented/, "
         "see fireflash.sft.augment); 0 trains on the tasks as they are."
     )
-
     passes: list[SFTPass] = Field(
         [], description="Further passes after this one, each from the previous pass's final model; "
         "RUN_DIR/model links the last pass's final checkpoint."

@@ -892,8 +892,8 @@ def git_tag(d: _Draw) -> TaskSpec:
     else:
         ins = d.pick(f"Add a lightweight git tag `{tag}` to the latest commit of `/app/{repo}`.",
                      f"Create the tag `{tag}` (a plain, lightweight tag) on `HEAD` in the git repository `/app/{repo}`.",
-                 f"The git repository `/app/{repo}` needs a lightweight (not annotated) tag `{tag}` on its current "
-                 "commit. Add it.")
+                     f"The git repository `/app/{repo}` needs a lightweight (not annotated) tag `{tag}` on its "
+                     "current commit. Add it.")
         sol = f"git -C /app/{repo} tag {tag}"
     r = repr("/app/" + repo)
     # an annotated tag's ref names a tag object, a lightweight one's the commit itself
