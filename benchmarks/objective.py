@@ -28,7 +28,7 @@ import torch
 
 from fireflash.models import load_policy
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.rl.loss import PolicyBatch
+from fireflash.rl.loss import PolicyBatch, policy_loss
 from fireflash.rl.objective import objective_loss
 
 TEMPERATURE, TRAINER_VERSION, TOPK = 1.0, 3, 32
@@ -71,16 +71,11 @@ def synthetic_batch(targets: torch.Tensor, n_seqs: int, vocab: int, seed: int = 
 def naive_loss(
     hidden: torch.Tensor, weight: torch.Tensor, batch: PolicyBatch, cfg: ObjectiveConfig
 ) -> torch.Tensor:
-    """The same objective (TIS + renormalised SC + floor) over a whole [T, V] log-softmax."""
+    """The same objective from one whole [T, V] log-softmax (``policy_loss`` without the chunked pass)."""
     logp = torch.log_softmax(hidden @ weight.T / TEMPERATURE, -1)
     lp = logp.gather(1, batch.target_ids[:, None]).squeeze(1)
-    w = (lp.detach() - batch.rollout_logprobs).exp().clamp(cfg.tis_clip_low, cfg.tis_clip_high)
-    q = torch.softmax(batch.topk_logprobs, -1)
-    score = lp - (q * logp.gather(1, batch.topk_ids)).sum(-1)
-    keep = (TRAINER_VERSION - batch.weight_version) <= cfg.max_staleness
-    denom = batch.n_sampled_tokens.clamp_min(cfg.loss_floor_tokens)[batch.attempt_index]
-    token_loss = -batch.advantages[batch.attempt_index] * w * score * keep / denom
-    return token_loss.sum() / batch.advantages.numel()
+    topk = logp.gather(1, batch.topk_ids[:, : cfg.score_centering_topk]) if cfg.score_centering else None
+    return policy_loss(lp, topk, batch, TRAINER_VERSION, cfg)[0]
 
 
 def head_step(

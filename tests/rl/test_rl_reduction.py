@@ -6,7 +6,7 @@ import torch
 from fireflash.models import build_tiny_model
 from fireflash.rl.advantages import group_advantages
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.rl.loss import PolicyBatch
+from fireflash.rl.loss import PolicyBatch, policy_loss
 from fireflash.rl.objective import objective_loss
 
 pytestmark = pytest.mark.unit
@@ -86,47 +86,69 @@ def test_reduces_to_per_token_normalised_grpo(model):
         torch.testing.assert_close(got, w, atol=1e-6, rtol=0)
 
 
-def test_full_recipe_matches_the_formula_on_a_full_log_softmax(model):
-    # TIS + renormalised top-4 SC (from 6 candidates) + floor 8 + staleness 1, temperature 0.8, chunks of 4
-    seqs, temperature = _sequences(), 0.8
-    cfg = ObjectiveConfig(
-        loss_floor_tokens=8, max_staleness=1, score_centering_topk=4, logprob_chunk_tokens=4
-    )
-    g = torch.Generator().manual_seed(11)
+def _stale_sampler(model, hidden, temperature, seed=11):
+    """log q over the vocabulary: the model's own distribution, perturbed (a sampler some versions behind)."""
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        hidden, targets = _packed_hidden(model, seqs)
-        stale_logp = torch.log_softmax(
-            model.lm_head(hidden) / temperature + 0.5 * torch.randn(len(targets), VOCAB, generator=g), -1
-        )
+        noise = 0.5 * torch.randn(hidden.shape[0], VOCAB, generator=g, dtype=hidden.dtype)
+        return torch.log_softmax(model.lm_head(hidden) / temperature + noise, -1)
+
+
+def test_chunked_objective_equals_the_naive_full_log_softmax_path(model):
+    # TIS + renormalised top-4 SC (from 6 candidates) + floor 8 + staleness 1, temperature 0.8, chunks of 4:
+    # objective_loss's chunked log-probs against policy_loss fed from one whole [T, V] log-softmax
+    seqs, temperature = _sequences(), 0.8
+    cfg = ObjectiveConfig(loss_floor_tokens=8, max_staleness=1, score_centering_topk=4, logprob_chunk_tokens=4)
+    hidden, targets = _packed_hidden(model, seqs)
+    stale_logp = _stale_sampler(model, hidden.detach(), temperature)
     t = targets.numel()
     topk_logprobs, topk_ids = stale_logp.topk(6, dim=-1)
     rollout = stale_logp.gather(1, targets[:, None]).squeeze(1)
-    versions = torch.tensor(
-        [9, 8, 7] * (t // 3) + [9] * (t % 3)
-    )  # trainer at 9: every third token is dropped
+    versions = torch.tensor([9, 8, 7] * (t // 3) + [9] * (t % 3))  # trainer at 9: every third token is dropped
     adv = torch.tensor([1.3, -0.2, -0.9, -0.2], dtype=torch.float64)
     batch = _batch(targets, rollout, topk_ids, topk_logprobs, versions, adv)
-    hidden, _ = _packed_hidden(model, seqs)
-    loss, m = objective_loss(
-        hidden, model.lm_head.weight, batch, trainer_version=9, temperature=temperature, cfg=cfg
-    )
+    loss, m = objective_loss(hidden, model.lm_head.weight, batch, trainer_version=9, temperature=temperature, cfg=cfg)
     got = _grads(model, loss)
 
     hidden, _ = _packed_hidden(model, seqs)
     logp = torch.log_softmax(model.lm_head(hidden) / temperature, -1)
-    lp = logp.gather(1, targets[:, None]).squeeze(1)
-    w = (lp.detach() - rollout).exp().clamp(0.5, 2.0)
-    q = torch.softmax(topk_logprobs[:, :4], -1)
-    score = lp - (q * logp.gather(1, topk_ids[:, :4])).sum(-1)
-    per_token = (
-        -adv[batch.attempt_index]
-        * w
-        * score
-        * (versions >= 8)
-        / torch.tensor(LENGTHS).clamp_min(8)[batch.attempt_index]
+    naive, naive_m = policy_loss(
+        logp.gather(1, targets[:, None]).squeeze(1), logp.gather(1, topk_ids[:, :4]), batch, 9, cfg
     )
-    want = _grads(model, per_token.sum() / 4)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)
+    torch.testing.assert_close(loss, naive, atol=1e-5, rtol=0)
+    for a, b in zip(got, _grads(model, naive)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert any(float(g.abs().max()) > 1e-3 for g in got)  # not a comparison of two zero gradients
     assert m["stale/dropped_share"] == pytest.approx(float((versions < 8).sum()) / t)
+    assert m["tis/clip_low_share"] == pytest.approx(naive_m["tis/clip_low_share"])
     assert m["entropy/mean"] == pytest.approx(-(logp.exp() * logp).sum(-1).mean().item())
+
+
+def _expected_gradient_under_the_sampler(model, cfg, temperature=0.8):
+    """E_{y~q}[∇_params loss] at one position, exactly: every token of the vocabulary is a one-token attempt
+    with A = 1, top-k = the whole vocabulary; the loss is linear in A, so A_y = N·q(y) sums the q-weighted
+    gradients (the floor aggregate divides by N)."""
+    seq = _sequences()[0]
+    hidden = model.model(seq[None]).last_hidden_state[0, PROMPT - 1 : PROMPT].expand(VOCAB, -1)
+    log_q = _stale_sampler(model, hidden[:1].detach(), temperature)[0]
+    topk_logprobs, topk_ids = log_q.topk(VOCAB)
+    batch = PolicyBatch(
+        target_ids=torch.arange(VOCAB),
+        rollout_logprobs=log_q,
+        topk_ids=topk_ids.expand(VOCAB, -1),
+        topk_logprobs=topk_logprobs.expand(VOCAB, -1),
+        weight_version=torch.full((VOCAB,), 2),
+        attempt_index=torch.arange(VOCAB),
+        advantages=VOCAB * log_q.exp(),
+        n_sampled_tokens=torch.ones(VOCAB, dtype=torch.long),
+    )
+    loss, _ = objective_loss(hidden, model.lm_head.weight, batch, trainer_version=2, temperature=temperature, cfg=cfg)
+    return max(float(g.abs().max()) for g in _grads(model, loss))
+
+
+def test_the_default_objective_does_not_drift_through_the_model(model):
+    # a constant advantage carries no signal: the default (TIS + SC) must not move the model in expectation
+    # toward or away from the stale sampler; TIS alone does, through its clip
+    common = {"loss_floor_tokens": 1, "score_centering_topk": VOCAB, "logprob_chunk_tokens": 7}
+    assert _expected_gradient_under_the_sampler(model, ObjectiveConfig(**common)) <= 1e-9
+    assert _expected_gradient_under_the_sampler(model, ObjectiveConfig(score_centering=False, **common)) > 1e-3

@@ -2,16 +2,25 @@
 
 Notation: T policy-sampled positions of a packed (micro-)batch, N attempts in the step's batch, K top-k.
 
-    w_t  = clip(π_θ(y_t) / q(y_t), tis_clip_low, tis_clip_high)            detached  (TIS)
-    g_t  = log π_θ(y_t) − Σ_{s∈S_t} q̃(s) log π_θ(s)                        q̃ detached (SC)
-    ℓ_t  = −A_i · w_t · g_t       on tokens at most ``max_staleness`` versions behind the trainer
+    w(s) = clip(π_θ(s) / q(s), tis_clip_low, tis_clip_high)   detached, for y_t and every s ∈ S_t  (TIS)
+    ℓ_t  = −A_i · ( w(y_t) log π_θ(y_t) − Σ_{s∈S_t} q̃(s) w(s) log π_θ(s) )   q̃ detached            (SC)
+           on tokens at most ``max_staleness`` versions behind the trainer
     loss = (1/N) Σ_i  Σ_{t∈i} ℓ_t / max(n_sampled_tokens_i, loss_floor_tokens)
 
+With TIS off every w is 1 (plain score centering); with SC off ℓ_t = −A_i · w(y_t) log π_θ(y_t).
+The centred term is the *weighted* score (RECIPE.md §5): for y ~ q and S_t = V,
+    E_q[w(y)∇log π(y)] = Σ_y q(y) w(y) ∇log π(y) = Σ_s q̃(s) w(s) ∇log π(s),
+so E_q[∇ℓ_t] = 0 under a constant advantage for any π, q and clip bounds: no drift toward or away from
+the stale sampler. Centring the unweighted score and then multiplying by w(y) leaves
+E_q[w∇log π] − E_q[w]·E_q[∇log π] ≠ 0 (it over-corrects, away from the sampler).
+
 q̃ is the sampler's top-k distribution: renormalised over S_t when ``score_centering_renormalize``
-(softmax of the top-k log q), else the raw probabilities exp(log q) (whose mass is < 1, so the
-centering term is shrunk by the missing tail). No KL term, no entropy bonus. Because the divisor N and
-the per-attempt denominators are whole-batch quantities, the losses of micro-batches that split a batch
-sum to the batch loss (gradient accumulation needs no rescaling).
+(softmax of the top-k log q), else the raw probabilities exp(log q) (whose mass Q_t < 1 is short of the
+tail). With K < V the expectation is not exactly 0: per token, raw q̃ leaves A·Σ_{s∉S_t} q(s)w(s)∇log π(s)
+(the tail's weighted score); renormalised q̃ leaves that minus ((1 − Q_t)/Q_t)·Σ_{s∈S_t} q(s)w(s)∇log π(s).
+Both are O(1 − Q_t), the sampler's probability mass outside its top-k. No KL term, no entropy bonus.
+Because the divisor N and the per-attempt denominators are whole-batch quantities, the losses of
+micro-batches that split a batch sum to the batch loss (gradient accumulation needs no rescaling).
 """
 
 from __future__ import annotations
@@ -51,11 +60,14 @@ class PolicyBatch(NamedTuple):
 def tis_weights(
     policy_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, low: float, high: float
 ) -> torch.Tensor:
-    """Truncated importance weights w_t = clip(exp(log π_θ − log q), low, high), detached (RECIPE.md §5).
+    """Truncated importance weights w = clip(exp(log π_θ − log q), low, high), detached (RECIPE.md §5).
 
-    Shape: [T] → [T]. No gradient flows through w (it reweights the score, it is not differentiated).
+    Shape: any shape → the same ([T] for sampled tokens, [T, K] for top-k candidates). No gradient flows
+    through w (it reweights the score, it is not differentiated). A padded candidate (log q = -inf) gets
+    ``high``, which its q̃ of 0 then cancels.
     """
-    return (policy_logprobs.detach() - rollout_logprobs).exp().clamp(low, high)
+    ratio = (policy_logprobs.detach() - rollout_logprobs).exp()
+    return torch.nan_to_num(ratio, nan=high).clamp(low, high)
 
 
 def centered_score(
@@ -63,15 +75,29 @@ def centered_score(
     policy_topk_logprobs: torch.Tensor,
     rollout_topk_logprobs: torch.Tensor,
     renormalize: bool,
+    weight: torch.Tensor | None = None,
+    topk_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """g_t = log π_θ(y_t) − Σ_{s∈S_t} q̃(s) log π_θ(s); its gradient is the centred score (RECIPE.md §5).
+    """g_t = w(y_t) log π_θ(y_t) − Σ_{s∈S_t} q̃(s) w(s) log π_θ(s); its gradient is the centred score (RECIPE.md §5).
 
-    Shape: [T], [T, K], [T, K] → [T]. q̃ carries no gradient; -inf rollout log-probs weigh 0.
+    Args:
+        policy_logprobs: [T] log π_θ(y_t), differentiable.
+        policy_topk_logprobs: [T, K] log π_θ(s) of the sampler's candidates, differentiable.
+        rollout_topk_logprobs: [T, K] their log q (-inf on padding, which then weighs 0).
+        renormalize: q̃ = softmax over the top-k log q, else exp(log q).
+        weight: [T] detached TIS weights w(y_t); None means 1 (score centering without TIS).
+        topk_weight: [T, K] detached TIS weights w(s) of the candidates; None means 1.
+
+    Returns:
+        [T] the per-token centred (weighted) score; q̃ and the weights carry no gradient.
     """
     q = torch.softmax(rollout_topk_logprobs, dim=-1) if renormalize else rollout_topk_logprobs.exp()
     # a fully padded row (all -inf) gives NaN under softmax; it has no candidates, so no centering
     q = torch.nan_to_num(q, nan=0.0).to(policy_topk_logprobs.dtype)
-    return policy_logprobs - (q * policy_topk_logprobs).sum(-1)
+    if topk_weight is not None:
+        q = q * topk_weight.to(q.dtype)
+    target = policy_logprobs if weight is None else weight * policy_logprobs
+    return target - (q * policy_topk_logprobs).sum(-1)
 
 
 def staleness_of(weight_version: torch.Tensor, trainer_version: int) -> torch.Tensor:
@@ -159,7 +185,7 @@ def policy_loss(
     weight = torch.ones_like(ratio)
     if cfg.tis:
         weight = tis_weights(policy_logprobs, batch.rollout_logprobs, cfg.tis_clip_low, cfg.tis_clip_high)
-    score = policy_logprobs
+    advantage = batch.advantages.to(policy_logprobs.dtype)[batch.attempt_index]
     if cfg.score_centering:
         if policy_topk_logprobs is None or policy_topk_logprobs.shape[-1] == 0:
             raise ValueError(
@@ -168,11 +194,17 @@ def policy_loss(
                 "rl.score_centering = false"
             )
         k = policy_topk_logprobs.shape[1]
+        rollout_topk = batch.topk_logprobs[:, :k].to(policy_topk_logprobs.dtype)
+        topk_weight = None
+        if cfg.tis:
+            topk_weight = tis_weights(policy_topk_logprobs, rollout_topk, cfg.tis_clip_low, cfg.tis_clip_high)
         score = centered_score(
-            policy_logprobs, policy_topk_logprobs, batch.topk_logprobs[:, :k], cfg.score_centering_renormalize
+            policy_logprobs, policy_topk_logprobs, rollout_topk, cfg.score_centering_renormalize,
+            weight if cfg.tis else None, topk_weight,
         )
-    advantage = batch.advantages.to(score.dtype)[batch.attempt_index]
-    token_loss = torch.where(keep, -advantage * weight * score, torch.zeros_like(score))
+    else:
+        score = weight * policy_logprobs
+    token_loss = torch.where(keep, -advantage * score, torch.zeros_like(score))
     loss = floor_aggregate(token_loss, batch.attempt_index, batch.n_sampled_tokens, cfg.loss_floor_tokens)
     n_keep = max(int(keep.sum()), 1)
     metrics = {
