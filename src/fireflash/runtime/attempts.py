@@ -3,7 +3,11 @@
 fork the task's parent → run the harness → grade a fork of the final state → close both. An
 infrastructure failure (sandbox, engine or grader error, or a trajectory with status FAILED) costs
 that try; it is retried up to ``max_retries`` times and then reported as lost, never raised, so one
-broken attempt never stops a run (RECIPE.md §1: infrastructure failures cost groups, not runs).
+broken attempt never stops a run (RECIPE.md §1: infrastructure failures cost groups, not runs). A trajectory
+with status ABORTED (stopped from outside: the engine aborted its request in a weight sync or a shutdown)
+costs a try the same way and is never graded: the model did not end it, so its reward (0, or a pass when the
+tool calls before the abort happened to solve the task) would train on an ending the model never chose.
+Aborted tries are counted apart (``AttemptOutcome.aborted_tries``, ``rollout/aborted_tries``).
 """
 
 from __future__ import annotations
@@ -43,12 +47,19 @@ class AttemptOutcome:
     tries: int
     errors: list[ErrorInfo] = field(default_factory=list)
     duration_sec: float = 0.0
-    # trajectories of the tries the harness ended FAILED, oldest first: kept for inspection, never trained on
+    # trajectories of the tries the harness ended FAILED or ABORTED, oldest first: kept for inspection, never
+    # trained on
     failed_trajectories: list[Trajectory] = field(default_factory=list)
 
     @property
     def lost(self) -> bool:
         return self.trajectory is None or self.score is None
+
+    @property
+    def aborted_tries(self) -> int:
+        """Tries stopped from outside (``AttemptAborted``), counted from ``errors``: a driver that retries on
+        its own (the Ray backend with engine servers) merges its tries' errors, so the count survives it."""
+        return sum(e.type == AttemptAborted.__name__ for e in self.errors)
 
 
 class ParentPool:
@@ -99,6 +110,9 @@ async def _try_once(
             err = trajectory.error
             message = f"{err.type}: {err.message}" if err else "harness reported an infrastructure failure"
             raise AttemptFailed(message, trajectory)
+        if trajectory.status is Status.ABORTED:
+            raise AttemptAborted(f"stopped from outside ({trajectory.finish_reason}) after {trajectory.n_turns} turns",
+                                 trajectory)
         async with asyncio.timeout(task.limits.verifier_timeout_sec + margin_sec):
             score = await grader.grade(task, sandbox)
         return trajectory, score
@@ -117,6 +131,15 @@ class AttemptFailed(RuntimeError):
         self.trajectory = trajectory
 
 
+class AttemptAborted(RuntimeError):
+    """The harness finished with status ABORTED (the engine aborted a request: a weight sync or a shutdown);
+    carries that trajectory. Not graded: the try is retried like an infrastructure failure."""
+
+    def __init__(self, message: str, trajectory: Trajectory | None = None) -> None:
+        super().__init__(message)
+        self.trajectory = trajectory
+
+
 async def scored_attempt(
     task: Task,
     parent: ParentGetter,
@@ -128,7 +151,7 @@ async def scored_attempt(
     max_retries: int,
     hang_margin_sec: float = 60.0,
 ) -> AttemptOutcome:
-    """Run and grade one attempt in a fresh fork of ``parent``; retry infrastructure failures.
+    """Run and grade one attempt in a fresh fork of ``parent``; retry infrastructure failures and aborted tries.
 
     Args:
         task: the task.
@@ -140,8 +163,8 @@ async def scored_attempt(
 
     Returns:
         ``AttemptOutcome`` with the trajectory and score, or ``lost`` with every try's error; either way
-        with the trajectories of the tries the harness ended FAILED. Cancellation propagates (the sandbox
-        is closed first).
+        with the trajectories of the tries the harness ended FAILED or ABORTED (never graded). Cancellation
+        propagates (the sandbox is closed first).
     """
     start = time.perf_counter()
     errors: list[ErrorInfo] = []
@@ -155,7 +178,7 @@ async def scored_attempt(
             raise
         except Exception as e:  # any stage may fail; the attempt, not the run, pays for it
             errors.append(error_info(e))
-            if isinstance(e, AttemptFailed) and e.trajectory is not None:
+            if isinstance(e, (AttemptFailed, AttemptAborted)) and e.trajectory is not None:
                 failed.append(e.trajectory)
             continue
         return AttemptOutcome(task.id, attempt_id, trajectory, score, tries, errors, time.perf_counter() - start,

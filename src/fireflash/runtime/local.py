@@ -109,6 +109,7 @@ class RolloutStats:
     attempts: int = 0
     lost_attempts: int = 0
     retries: int = 0
+    aborted_tries: int = 0  # tries stopped from outside (weight-sync abort, shutdown): retried, never graded
     rewards: list[float] = field(default_factory=list)
     solved: int = 0
     sampled_tokens: list[int] = field(default_factory=list)
@@ -120,6 +121,7 @@ class RolloutStats:
     def add(self, o: AttemptOutcome) -> None:
         self.attempts += 1
         self.retries += o.tries - 1
+        self.aborted_tries += o.aborted_tries
         if o.lost:
             self.lost_attempts += 1
             return
@@ -135,6 +137,7 @@ class RolloutStats:
             "rollout/attempts": float(self.attempts),
             "rollout/lost_attempts": float(self.lost_attempts),
             "rollout/retries": float(self.retries),
+            "rollout/aborted_tries": float(self.aborted_tries),
             "groups/done": float(self.groups_done),
             "groups/lost_to_infrastructure": float(self.groups_lost),
         }
