@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
 from fireflash.engines import EngineConfig, make_engine
-from fireflash.engines.http import EngineHTTPError, EngineRequestError, EngineTimeout, flags_from_args
+from fireflash.engines.http import (
+    EngineHTTPError,
+    EngineRequestError,
+    EngineTimeout,
+    WeightSyncFailed,
+    WeightVersionMissing,
+    flags_from_args,
+)
 from fireflash.engines.sglang import SGLangEngine, sglang_command
 from fireflash.engines.vllm import VLLMEngine, vllm_command
 from fireflash.protocols import Engine, GenerateRequest, SamplingParams
@@ -267,3 +276,130 @@ def test_make_engine_builds_each_kind(tok, tiny, sglang_server):
         make_engine(EngineConfig(kind="vllm"), "m")
     with pytest.raises(ValueError, match="pause_mode"):
         make_engine(EngineConfig(kind="vllm", url="http://x", pause_mode="in_place"), "m")
+
+
+# ───────────────────── weight updates: sent once, waited for, failures named ─────────────────────
+
+
+def test_sglang_collective_calls_are_never_retried_and_name_the_server(sglang_server):
+    """A retried receive would wait for a broadcast that already happened: one 5xx fails the update, naming it."""
+    engine = SGLangEngine(sglang_server.url, max_retries=3, backoff_sec=0.01, broadcast=lambda named: None)
+    sglang_server.fail_next["/init_weights_update_group"] = [502]
+    with pytest.raises(WeightSyncFailed, match="joining the weight-update group") as joining:
+        run(engine.init_weight_sync("10.0.0.1", 29500, world_size=2))
+    assert joining.value.url == sglang_server.url and joining.value.call == "/init_weights_update_group"
+    assert sglang_server.paths().count("/init_weights_update_group") == 1
+    run(engine.init_weight_sync("10.0.0.1", 29500, world_size=2))
+
+    sglang_server.fail_next["/update_weights_from_distributed"] = [500]
+    with pytest.raises(WeightSyncFailed) as failed:
+        run(engine.update_weights({"w": torch.zeros(2)}, version=3))
+    message = str(failed.value)
+    assert sglang_server.url in message and "/update_weights_from_distributed" in message
+    assert "weight version 3" in message and " failed: " in message and "HTTP 500" in message
+    assert (failed.value.version, failed.value.timed_out) == (3, False)
+    assert sglang_server.paths().count("/update_weights_from_distributed") == 1 and engine.weight_version == 0
+
+
+def test_sglang_update_timeout_is_reported_as_a_timeout():
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("no answer", request=req)
+
+    engine = SGLangEngine("http://sglang.test:30000", transport=httpx.MockTransport(handler))
+    with pytest.raises(WeightSyncFailed, match=r"http://sglang.test:30000: /update_weights_from_distributed "
+                       r"\(weight version 4\) timed out") as e:
+        run(engine.receive_broadcast([], version=4))
+    assert e.value.timed_out
+
+
+def test_sglang_trainer_broadcast_failure_names_the_server_and_version(sglang_server):
+    def broadcast(named):
+        raise RuntimeError("gloo: Connection closed by peer")
+
+    engine = SGLangEngine(sglang_server.url, broadcast=broadcast)
+    with pytest.raises(WeightSyncFailed, match=r"trainer broadcast \(weight version 2\) failed: RuntimeError: gloo"):
+        run(engine.update_weights({"w": torch.zeros(2)}, version=2))
+
+
+def test_weight_update_waits_longer_than_a_turn(sglang_server):
+    """The engine ``fireflash train`` builds (local backend) gives an update weight_sync_timeout_sec + 60 s, not
+    the per-turn request timeout: SGLang installs it only once its running turns have finished."""
+    cfg = EngineConfig(kind="sglang", url=sglang_server.url, request_timeout_sec=0.2, weight_sync_timeout_sec=5)
+    engine = make_engine(cfg, "m", broadcast=lambda named: None)
+    sglang_server.delay_sec = 0.5  # longer than a turn may take, well within the update's time
+
+    async def main():
+        await engine.init_weight_sync("10.0.0.1", 29500, world_size=2)
+        await engine.update_weights({"w": torch.zeros(2)}, version=1)
+        await engine.update_weights(Path("/ckpt/v2"), version=2)
+
+    run(main())
+    assert engine.weight_version == 2 and engine.update_timeout_sec == 65
+
+
+def test_vllm_collective_calls_are_never_retried(vllm_server):
+    engine = VLLMEngine(vllm_server.url, model="m", max_retries=3, backoff_sec=0.01)
+    vllm_server.fail_next["/update_weights"] = [503]
+    with pytest.raises(EngineHTTPError, match="after 1 attempts"):
+        run(engine.receive_broadcast([], version=1))
+    assert vllm_server.paths().count("/update_weights") == 1
+
+
+# ───────────────────── the weight version of a result comes from the server ─────────────────────
+
+
+def _sglang_answering(version_field: dict) -> httpx.MockTransport:
+    """An SGLang /generate that samples [3, 4] and reports ``version_field`` in meta_info."""
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        meta = {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-0.5, 3, None], [-0.7, 4, None]],
+                "output_top_logprobs": [[], []], **version_field}
+        return httpx.Response(200, json={"output_ids": [3, 4], "meta_info": meta})
+
+    return httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize("field", [{}, {"weight_version": None}, {"weight_version": "v7"}, {"weight_version": ""}],
+                         ids=["absent", "null", "v7", "empty"])
+def test_sglang_result_without_a_weight_version_is_an_error(field):
+    """Never the client's version at submit (on the Ray server path always 0, so every turn would turn stale)."""
+    engine = SGLangEngine("http://sglang.test:30000", transport=_sglang_answering(field))
+    with pytest.raises(WeightVersionMissing, match=r"SGLang server http://sglang.test:30000: .*'r1'.* "
+                       r"meta_info.weight_version = "):
+        run(engine.generate([request()]))
+
+
+@pytest.mark.parametrize("reported,expected", [("7", 7), (5, 5), ("default", 3)])
+def test_sglang_result_carries_the_reported_weight_version(reported, expected):
+    """The server's version, whatever the client last installed; 'default' (no versioned update yet) is the
+    version the server was launched with."""
+    engine = SGLangEngine("http://sglang.test:30000", weight_version=3,
+                          transport=_sglang_answering({"weight_version": reported}))
+    (res,) = run(engine.generate([request()]))
+    assert res.weight_version == expected and res.token_ids == [3, 4]
+
+
+def test_vllm_result_spanning_an_update_is_an_error():
+    """vLLM reports no version: a result is tagged with the client's, unless an update went through meanwhile."""
+    updated = asyncio.Event()
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/completions":
+            await updated.wait()
+            lp = {"tokens": ["token_id:3"], "token_logprobs": [-0.5], "top_logprobs": [{"token_id:3": -0.5}]}
+            return httpx.Response(200, json={"choices": [{"token_ids": [3], "finish_reason": "length", "logprobs": lp}]})
+        return httpx.Response(200, json={})
+
+    engine = VLLMEngine("http://vllm.test:8000", model="m", transport=httpx.MockTransport(handler))
+
+    async def main():
+        sampling = asyncio.ensure_future(engine.generate([request()]))
+        await asyncio.sleep(0.05)
+        await engine.receive_broadcast([], version=1)
+        updated.set()
+        with pytest.raises(WeightVersionMissing, match=r"vLLM server http://vllm.test:8000 .*'r1'.*version 1"):
+            await sampling
+        return await engine.generate([request()])
+
+    (res,) = run(main())
+    assert res.weight_version == 1

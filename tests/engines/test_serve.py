@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from fireflash.engines.http import EngineRequestError, JSONClient
+from fireflash.engines.http import EngineRequestError, JSONClient, WeightSyncFailed
 from fireflash.engines.local import LocalEngine
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.engines.serve import EngineServer, launch_fireflash_server
@@ -190,11 +190,11 @@ def test_client_reports_the_blamed_field_and_engine_errors():
 def test_weight_routes_refuse_unknown_groups_and_bad_specs():
     async def main(url):
         client = SGLangEngine(url, group_name="nobody")
-        with pytest.raises(EngineRequestError, match="unknown weight-update group 'nobody'"):
+        with pytest.raises(WeightSyncFailed, match="unknown weight-update group 'nobody'"):
             await client.receive_broadcast([TensorSpec("w", "float32", (2,))], 1)
         with pytest.raises(EngineRequestError, match="unknown weight-update group 'nobody'"):
             await client.destroy_weight_sync()
-        with pytest.raises(EngineRequestError, match="backend 'mpi'"):
+        with pytest.raises(WeightSyncFailed, match="backend 'mpi'"):
             await client.init_weight_sync("127.0.0.1", 1, world_size=2, backend="mpi")
         http = JSONClient(url, max_retries=0)
         with pytest.raises(EngineRequestError, match="weight_version"):
@@ -318,18 +318,18 @@ def test_collective_updates_match_fresh_copies_and_groups_can_be_replaced(tok, t
         joined_early = joining.done()
         (tmp_path / "go-0").touch()
         await joining
-        with pytest.raises(EngineRequestError, match="already is .* a member of group"):
+        with pytest.raises(WeightSyncFailed, match="already is .* a member of group"):
             await client.init_weight_sync("127.0.0.1", ports[0], world_size=2, backend="gloo")
         with _served(ScriptedEngine(tok)) as neighbour:  # torch keys groups by name: once per process
             neighbour_client = SGLangEngine(neighbour.url)
-            with pytest.raises(EngineRequestError, match="one process can join a group name once"):
+            with pytest.raises(WeightSyncFailed, match="one process can join a group name once"):
                 await neighbour_client.init_weight_sync("127.0.0.1", ports[0], world_size=2, backend="gloo")
         record = {0: during}
         for version in (1, 2):
             await client.receive_broadcast(specs, version)
             record[version] = await client.generate(_requests())
         await client.destroy_weight_sync()
-        with pytest.raises(EngineRequestError, match="unknown weight-update group"):
+        with pytest.raises(WeightSyncFailed, match="unknown weight-update group"):
             await client.receive_broadcast(specs, 3)
         (tmp_path / "go-1").touch()
         await client.init_weight_sync("127.0.0.1", ports[1], world_size=2, backend="gloo")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from fireflash.engines.scripted import ScriptedEngine
+from fireflash.engines.sglang import SGLangEngine
 from fireflash.grading import make_grader
 from fireflash.protocols import Status, Trajectory
 from fireflash.rl.config import ObjectiveConfig
@@ -57,3 +59,33 @@ def test_attempt_that_recovers_keeps_its_failed_try_but_saves_only_the_graded_on
     [failed] = outcome.failed_trajectories
     assert failed.status == Status.FAILED and failed.attempt_id.endswith("#1")
     assert sorted(p.name for p in (tmp_path / "g00000").iterdir()) == ["a00.json"]
+
+
+def test_result_without_a_weight_version_costs_a_try_not_the_run(task, setup):
+    """An SGLang server that does not say which weight version sampled a turn: every try fails with
+    WeightVersionMissing and the attempt is lost, as with any engine error (never tagged with a guessed version)."""
+    tok, _, _, harness = setup
+    ids = tok.encode("Done.", add_special_tokens=False)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        meta = {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-0.5, t, None] for t in ids],
+                "output_top_logprobs": [[] for _ in ids]}  # no weight_version
+        return httpx.Response(200, json={"output_ids": ids, "meta_info": meta})
+
+    engine = SGLangEngine("http://sglang.test:30000", transport=httpx.MockTransport(handler))
+    slot = GroupScheduler([task], group_size=1, seed=0).next_slot()
+
+    async def main():
+        backend = make_backend(SandboxConfig())
+        pool = ParentPool(backend)
+        try:
+            return await scored_attempt(task, lambda: pool.get(task), engine, tok, harness, make_grader(task.grader),
+                                        slot.attempt_id, max_retries=1)
+        finally:
+            await pool.close(task)
+            await backend.close()
+
+    outcome = asyncio.run(main())
+    assert outcome.lost and outcome.tries == 2 and outcome.trajectory is None
+    assert [e.type for e in outcome.errors] == ["AttemptFailed", "AttemptFailed"]
+    assert all("WeightVersionMissing" in e.message and "meta_info.weight_version" in e.message for e in outcome.errors)

@@ -56,6 +56,8 @@ def test_trainer_weights_reach_the_server_after_each_update(server, tmp_path, mo
     async def run():
         engine = await connect_local_trainer(SGLangEngine(server), trainer, mode, tmp_path / "weights", 60)
         assert isinstance(engine, DiskSyncedEngine) == (mode == "disk")
+        # the run's weight_sync_timeout_sec: the update's call waits for the server longer than the group does
+        assert engine.weight_sync_timeout_sec == 60 and engine.update_timeout_sec == 600
         request = GenerateRequest(request_id="r", prompt_ids=PROMPT, params=PARAMS)
         (before,) = await engine.generate([request])
         results = []

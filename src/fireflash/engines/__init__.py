@@ -71,7 +71,7 @@ def make_engine(
         if cfg.kind == "sglang":
             from fireflash.engines.sglang import SGLangEngine
 
-            return SGLangEngine(cfg.url, **common)
+            return SGLangEngine(cfg.url, weight_sync_timeout_sec=cfg.weight_sync_timeout_sec, **common)
         from fireflash.engines.vllm import VLLMEngine
 
         return VLLMEngine(cfg.url, model=cfg.served_model_name, **common)

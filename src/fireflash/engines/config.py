@@ -27,9 +27,10 @@ class EngineConfig(BaseModel):
         "under the run directory that each server loads; it must be on storage every node sees)."
     )
     weight_sync_timeout_sec: float = Field(
-        300.0, gt=0, description="A server that does not join the weight-update group, or a transfer that stalls, "
+        900.0, gt=0, description="A server that does not join the weight-update group, or a transfer that stalls, "
         "fails after this many seconds. SGLang takes an update once the turns it is sampling have finished, so this "
-        "must exceed the longest turn; a failed member is dropped, recovered and caught up."
+        "must exceed the longest turn, request_timeout_sec (`fireflash train` checks it); a failed member is dropped, "
+        "recovered and caught up."
     )
     max_batch_size: int = Field(
         16, ge=1, description="Concurrent sequences decoded together by the local engine."

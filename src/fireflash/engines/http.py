@@ -30,6 +30,33 @@ class EngineTimeout(TimeoutError):
     """A request exceeded its per-request timeout."""
 
 
+class WeightVersionMissing(EngineHTTPError):
+    """A server's result does not say which weight version sampled it (the field is absent or not an integer).
+
+    Raised instead of guessing: a result tagged with a version it was not sampled by is trained on with the
+    wrong staleness (RECIPE.md §1). Like any engine error it costs the attempt one try, not the run.
+    """
+
+
+class WeightSyncFailed(RuntimeError):
+    """A weight update of an engine server failed; the message names the server, the call, the weight version
+    and whether it timed out or failed.
+
+    Attributes:
+        url: the server's base URL.
+        call: the endpoint (``/update_weights_from_distributed``) or ``trainer broadcast`` (the trainer's half).
+        version: the weight version being installed (None while joining the group).
+        timed_out: no answer within the update's timeout (as opposed to an error or a refusal).
+    """
+
+    def __init__(self, url: str, call: str, version: int | None, cause: BaseException) -> None:
+        self.url, self.call, self.version = url, call, version
+        self.timed_out = isinstance(cause, TimeoutError)
+        what = f"weight version {version}" if version is not None else "joining the weight-update group"
+        how = "timed out" if self.timed_out else "failed"
+        super().__init__(f"engine server {url}: {call} ({what}) {how}: {type(cause).__name__}: {cause}")
+
+
 def _blamed_field(body: Any) -> str:
     """The request field a 4xx body points at, or ''."""
     if isinstance(body, dict):
@@ -83,25 +110,33 @@ class JSONClient:
         path: str,
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
+        *,
+        timeout_sec: float | None = None,
+        max_retries: int | None = None,
     ) -> Any:
         """Send one request; return the decoded JSON body (None when empty).
+
+        ``timeout_sec`` / ``max_retries`` override the client's for this request (a weight update waits longer
+        than a turn, and a collective one must never be sent twice).
 
         Raises:
             EngineRequestError: 4xx (not retried).
             EngineHTTPError: 5xx or connection failure after ``max_retries`` retries.
             EngineTimeout: no complete answer within ``timeout_sec``.
         """
+        timeout_sec = self.timeout_sec if timeout_sec is None else timeout_sec
+        max_retries = self.max_retries if max_retries is None else max_retries
         last: str = ""
-        for attempt in range(self.max_retries + 1):
+        for attempt in range(max_retries + 1):
             if attempt:
                 await asyncio.sleep(self.backoff_sec * 2 ** (attempt - 1))
             try:
                 response = await self._http().request(
-                    method, path, json=body, params=params, timeout=httpx.Timeout(self.timeout_sec)
+                    method, path, json=body, params=params, timeout=httpx.Timeout(timeout_sec)
                 )
             except httpx.TimeoutException as e:
                 raise EngineTimeout(
-                    f"{method} {self.base_url}{path}: no answer within {self.timeout_sec} s ({type(e).__name__})"
+                    f"{method} {self.base_url}{path}: no answer within {timeout_sec} s ({type(e).__name__})"
                 ) from e
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
@@ -121,7 +156,7 @@ class JSONClient:
                 )
             return response.json() if response.content else None
         raise EngineHTTPError(
-            f"{method} {self.base_url}{path} failed after {self.max_retries + 1} attempts; last error: {last}"
+            f"{method} {self.base_url}{path} failed after {max_retries + 1} attempts; last error: {last}"
         )
 
     async def post(

@@ -21,6 +21,17 @@ is the server's half alone: with several servers in one group the trainer broadc
 (``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
 string and read back from ``meta_info``.
 
+Calls that meet the trainer in a collective (``/init_weights_update_group``, ``/update_weights_from_distributed``)
+are sent once, never retried: a repeated receive would wait for a broadcast that already happened. Weight updates
+wait up to ``update_timeout_sec`` = max(``timeout_sec``, ``weight_sync_timeout_sec`` + 60 s): the server installs
+an update only once the turns it is sampling have finished, so it must outlast the longest turn, and it outlasts
+the group's own timeout so that the server's reason comes back. A failed update raises ``WeightSyncFailed``
+naming the server, the call and the version.
+
+Weight version of a result: ``meta_info.weight_version``, an integer string; SGLang's ``"default"`` (no
+versioned update yet) means the weights the server was launched with, ``weight_version`` of the constructor
+(0). Anything else, or none, raises ``WeightVersionMissing``: the client never guesses a version.
+
 Serve the same API from a CPU engine (tests, CPU nodes): ``fireflash.engines.serve``.
 """
 
@@ -41,6 +52,8 @@ from fireflash.engines.http import (
     EngineHTTPError,
     EngineRequestError,
     JSONClient,
+    WeightSyncFailed,
+    WeightVersionMissing,
     flags_from_args,
     start_server,
 )
@@ -48,6 +61,7 @@ from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+_UPDATE_MARGIN_SEC = 60.0  # a weight update's HTTP call outlasts the group's own timeout by this much
 
 
 class SGLangEngine:
@@ -64,6 +78,9 @@ class SGLangEngine:
         flush_cache: ask the server to flush its KV/prefix cache after a weight update. SGLang asserts that the
             flush succeeds, and it fails while requests remain in the server (e.g. paused 'in_place'): turn it
             off to update with attempts in flight; cached prefixes then keep KV computed by the old weights.
+        weight_version: the version of the weights the server was launched with (what its ``"default"`` means).
+        weight_sync_timeout_sec: the weight-update group's timeout (``engine.weight_sync_timeout_sec``); weight
+            updates wait ``update_timeout_sec`` = max(timeout_sec, this + 60 s) for the server's answer.
         transport: httpx transport override (tests).
     """
 
@@ -79,6 +96,7 @@ class SGLangEngine:
         group_name: str = "weight_update_group",
         flush_cache: bool = True,
         weight_version: int = 0,
+        weight_sync_timeout_sec: float = 300.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if pause_mode not in ("abort", "retract", "in_place"):
@@ -90,11 +108,17 @@ class SGLangEngine:
         self.broadcast = broadcast
         self.group_name = group_name
         self.flush_cache = flush_cache
-        self._version = weight_version
+        self.weight_sync_timeout_sec = weight_sync_timeout_sec
+        self._version = self._launch_version = weight_version
 
     @property
     def weight_version(self) -> int:
         return self._version
+
+    @property
+    def update_timeout_sec(self) -> float:
+        """How long a weight-update call waits for the server's answer, seconds."""
+        return max(self.http.timeout_sec, self.weight_sync_timeout_sec + _UPDATE_MARGIN_SEC)
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         """One ``/generate`` call per request, concurrently (the server batches them).
@@ -102,6 +126,7 @@ class SGLangEngine:
         Raises:
             EngineRequestError / EngineHTTPError / EngineTimeout: see ``http.JSONClient.request``.
             EngineHTTPError: a response without the logprob fields (server too old or misconfigured).
+            WeightVersionMissing: a response whose ``meta_info.weight_version`` is absent or not an integer.
         """
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
 
@@ -128,7 +153,6 @@ class SGLangEngine:
         }
 
     async def _one(self, req: GenerateRequest) -> GenerateResult:
-        version_at_submit = self._version
         body = await self.http.post("/generate", self._payload(req))
         try:
             meta = body["meta_info"]
@@ -142,7 +166,6 @@ class SGLangEngine:
         k = req.params.n_top_logprobs
         finish = meta.get("finish_reason") or {}
         finish_type = finish.get("type") if isinstance(finish, dict) else str(finish)
-        version = meta.get("weight_version")
         return GenerateResult(
             request_id=req.request_id,
             token_ids=[int(t) for t in ids],
@@ -150,9 +173,28 @@ class SGLangEngine:
             topk_ids=[[int(c[1]) for c in row[:k]] for row in top],
             topk_logprobs=[[float(c[0]) for c in row[:k]] for row in top],
             finish_reason=_FINISH.get(finish_type, "abort"),
-            weight_version=int(version) if str(version).lstrip("-").isdigit() else version_at_submit,
+            weight_version=self._reported_version(meta.get("weight_version"), req.request_id),
             n_cached_prompt_tokens=int(meta.get("cached_tokens", 0) or 0),
             timings_sec={"e2e": float(meta.get("e2e_latency", 0.0) or 0.0)},
+        )
+
+    def _reported_version(self, value: Any, request_id: str) -> int:
+        """``meta_info.weight_version`` as an int (see the module docstring).
+
+        Raises:
+            WeightVersionMissing: absent or not an integer.
+        """
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            if value.strip().lstrip("-").isdigit():
+                return int(value)
+            if value == "default":
+                return self._launch_version
+        raise WeightVersionMissing(
+            f"SGLang server {self.http.base_url}: the /generate answer for {request_id!r} has meta_info.weight_version "
+            f"= {value!r}, not an integer, so the weight version that sampled it is unknown; FireFlash tags every "
+            "update with an integer version: use an SGLang that reports weight_version (or FireFlash's server)"
         )
 
     async def init_weight_sync(
@@ -166,9 +208,14 @@ class SGLangEngine:
         """Ask the server to join the trainer's weight-update group (``/init_weights_update_group``).
 
         The trainer is rank 0 and joins the same group itself (concurrently; the call blocks until both do).
+        Sent once (never retried).
+
+        Raises:
+            WeightSyncFailed: the server refused, failed or did not answer within ``update_timeout_sec``.
         """
-        await self._checked(
+        await self._collective(
             "/init_weights_update_group",
+            None,
             {
                 "master_address": master_address,
                 "master_port": master_port,
@@ -193,10 +240,12 @@ class SGLangEngine:
         """Install new weights tagged ``version``: a directory via disk, a state dict via NCCL.
 
         Raises:
-            EngineRequestError: the server refused (``success: false`` or 4xx), message included.
+            EngineRequestError: the server refused a directory (``success: false`` or 4xx), message included.
+            WeightSyncFailed: a state dict's update failed, on the server's side or in ``broadcast``.
             ValueError: a state dict without a ``broadcast`` sender.
         """
         if isinstance(weights, (str, Path)):
+            # loading a directory twice is harmless, so this one may be retried
             await self._checked(
                 "/update_weights_from_disk",
                 {
@@ -205,6 +254,7 @@ class SGLangEngine:
                     "flush_cache": self.flush_cache,
                     "abort_all_requests": False,
                 },
+                timeout_sec=self.update_timeout_sec,
             )
         else:
             if self.broadcast is None:
@@ -214,9 +264,16 @@ class SGLangEngine:
                 )
             named = list(weights.items())
             await asyncio.gather(
-                self.receive_broadcast(specs_of(named), version), asyncio.to_thread(self.broadcast, named)
+                self.receive_broadcast(specs_of(named), version), self._send(self.broadcast, named, version)
             )
         self._version = version
+
+    async def _send(self, broadcast: Broadcast, named: list[tuple[str, torch.Tensor]], version: int) -> None:
+        """The trainer's half of an update, in a thread; its failure names this server and ``version``."""
+        try:
+            await asyncio.to_thread(broadcast, named)
+        except Exception as e:
+            raise WeightSyncFailed(self.http.base_url, "trainer broadcast", version, e) from e
 
     async def receive_broadcast(self, specs: Sequence[TensorSpec], version: int) -> None:
         """The server's half of a collective update: it receives each tensor of ``specs``, in order, from group
@@ -225,8 +282,11 @@ class SGLangEngine:
         Someone else broadcasts meanwhile (the trainer's ``weight_sync.tensor_broadcaster(group)``, once for every
         server of the group); ``init_weight_sync`` first. Sets ``weight_version``.
 
+        Sent once (never retried).
+
         Raises:
-            EngineRequestError: the server refused (unknown group, bad specs, weights that do not fit).
+            WeightSyncFailed: the server refused (unknown group, bad specs, weights that do not fit), failed, or did
+                not answer within ``update_timeout_sec``.
         """
         names, dtypes, shapes = [], [], []
         for name, dtype, shape in specs:
@@ -241,7 +301,7 @@ class SGLangEngine:
             "weight_version": str(version),
             "flush_cache": self.flush_cache,
         }
-        await self._checked("/update_weights_from_distributed", body)
+        await self._collective("/update_weights_from_distributed", version, body)
         self._version = version
 
     async def pause(self) -> None:
@@ -255,10 +315,21 @@ class SGLangEngine:
     async def close(self) -> None:
         await self.http.aclose()
 
-    async def _checked(self, path: str, body: dict[str, Any]) -> None:
-        answer = await self.http.post(path, body)
+    async def _checked(self, path: str, body: dict[str, Any], **overrides: Any) -> None:
+        answer = await self.http.request("POST", path, body, **overrides)
         if isinstance(answer, dict) and answer.get("success") is False:
-            raise EngineRequestError(f"SGLang {path} refused: {answer.get('message', answer)}")
+            raise EngineRequestError(f"SGLang {self.http.base_url}{path} refused: {answer.get('message', answer)}")
+
+    async def _collective(self, path: str, version: int | None, body: dict[str, Any]) -> None:
+        """A call the server answers only after a collective with the trainer: sent once, ``update_timeout_sec``.
+
+        Raises:
+            WeightSyncFailed: refused, failed or timed out (names the server, ``path`` and ``version``).
+        """
+        try:
+            await self._checked(path, body, timeout_sec=self.update_timeout_sec, max_retries=0)
+        except (EngineHTTPError, EngineRequestError, TimeoutError) as e:
+            raise WeightSyncFailed(self.http.base_url, path, version, e) from e
 
 
 def sglang_command(

@@ -17,7 +17,14 @@ the trainer cannot reproduce. vLLM may return K+1 candidates (the sampled one ad
 Weight transfer: ``/init_weight_transfer_engine`` once, then per update ``/start_weight_update``,
 ``/update_weights`` (while the trainer broadcasts over NCCL or IPC) and ``/finish_weight_update`` with
 the ``weight_version``. An HF directory is read and sent the same way. ``receive_broadcast(specs, version)`` is
-the server's half alone, for a driver whose trainer broadcasts once to several servers.
+the server's half alone, for a driver whose trainer broadcasts once to several servers. The calls that meet the
+trainer in a collective (``/init_weight_transfer_engine``, ``/update_weights``) are never retried: a repeated
+receive would wait for a broadcast that already happened.
+
+Weight version of a result: vLLM's completions do not report one, so a result carries the version this client
+installed last, and raises ``WeightVersionMissing`` when an update went through this client while it ran (its
+tokens may come from two versions). A server updated by anyone else is mislabeled: ``fireflash train`` refuses
+vLLM for that reason.
 """
 
 from __future__ import annotations
@@ -33,7 +40,13 @@ from typing import Any
 import httpx
 import torch
 
-from fireflash.engines.http import EngineHTTPError, JSONClient, flags_from_args, start_server
+from fireflash.engines.http import (
+    EngineHTTPError,
+    JSONClient,
+    WeightVersionMissing,
+    flags_from_args,
+    start_server,
+)
 from fireflash.engines.weights import Broadcast, TensorSpec, read_weights, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
@@ -104,6 +117,7 @@ class VLLMEngine:
         Raises:
             ValueError: ``params.top_p < 1`` (see the module docstring).
             EngineRequestError / EngineHTTPError / EngineTimeout: see ``http.JSONClient.request``.
+            WeightVersionMissing: an update went through this client while a request ran.
         """
         for req in requests:
             if req.params.top_p < 1.0:
@@ -135,6 +149,11 @@ class VLLMEngine:
             payload["seed"] = p.seed
         version_at_submit = self._version
         body = await self.http.post("/v1/completions", payload)
+        if self._version != version_at_submit:
+            raise WeightVersionMissing(
+                f"vLLM server {self.http.base_url} does not report the weight version of {req.request_id!r}, and weight "
+                f"version {self._version} was installed while it ran on {version_at_submit}: its tokens may come from both"
+            )
         try:
             choice = body["choices"][0]
             lp = choice["logprobs"]
@@ -170,7 +189,8 @@ class VLLMEngine:
         self, master_address: str, master_port: int, world_size: int, rank_offset: int = 1
     ) -> None:
         """``/init_weight_transfer_engine``: the server's workers join the trainer's group (trainer = rank 0)."""
-        await self.http.post(
+        await self.http.request(
+            "POST",
             "/init_weight_transfer_engine",
             {
                 "init_info": {
@@ -180,6 +200,7 @@ class VLLMEngine:
                     "world_size": world_size,
                 }
             },
+            max_retries=0,
         )
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
@@ -213,7 +234,7 @@ class VLLMEngine:
             shapes.append(list(shape))
         update_info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "packed": self.packed}
         await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
-        await self.http.post("/update_weights", {"update_info": update_info})
+        await self.http.request("POST", "/update_weights", {"update_info": update_info}, max_retries=0)
         await self.http.post("/finish_weight_update", {"weight_version": str(version)})
         self._version = version
 

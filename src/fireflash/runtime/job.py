@@ -92,6 +92,16 @@ def check_train_config(cfg: FireFlashConfig) -> None:
             "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`); only "
             "runtime.backend = 'ray' launches engine servers itself"
         )
+    if engine.kind == "sglang" and engine.weight_sync == "collective" and (
+        engine.weight_sync_timeout_sec <= engine.request_timeout_sec
+    ):
+        # SGLang installs an update only once the turns it is sampling have finished (a turn lasts at most
+        # request_timeout_sec) while the trainer waits in the broadcast, which fails after weight_sync_timeout_sec
+        raise ConfigError(
+            f"engine.weight_sync_timeout_sec ({engine.weight_sync_timeout_sec:g}) must exceed "
+            f"engine.request_timeout_sec ({engine.request_timeout_sec:g}), the longest a turn can take: an SGLang "
+            "server takes new weights only once its running turns have finished; raise weight_sync_timeout_sec"
+        )
 
 
 def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:

@@ -400,15 +400,22 @@ async def connect_local_trainer(
     gloo, so it also works when both share one GPU) and ``engine.update_weights(state, v)`` broadcasts through
     it. 'disk': returns a ``DiskSyncedEngine``. Returns the engine to give the runtime.
 
+    ``timeout_sec`` (``engine.weight_sync_timeout_sec``) is the group's timeout and, set as the engine's
+    ``weight_sync_timeout_sec``, how long each update's call waits for the server (``SGLangEngine``: a collective
+    call is never retried and outlasts the group; failures name the server, the call and the version).
+
     Raises:
         ValueError: an engine without ``init_weight_sync`` (only SGLang clients are driven this way).
+        fireflash.engines.http.WeightSyncFailed: the server or this process could not form the group.
     """
+    engine.weight_sync_timeout_sec = timeout_sec
     if mode == "disk":
         return DiskSyncedEngine(engine, trainer.model, trainer.tokenizer, weights_dir)
     if not hasattr(engine, "init_weight_sync") or not hasattr(engine, "broadcast"):
         raise ValueError(f"engine {type(engine).__name__} cannot join a weight-update group; use engine.weight_sync = 'disk'")
     from urllib.parse import urlsplit
 
+    from fireflash.engines.http import WeightSyncFailed
     from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
 
     # the address the server reaches this process at: the local end of a connection to it
@@ -416,9 +423,14 @@ async def connect_local_trainer(
     with socket.create_connection((where.hostname, where.port or 80), timeout=30) as probe:
         address = probe.getsockname()[0]
     port = _free_port()
-    _, group = await asyncio.gather(
-        engine.init_weight_sync(address, port, world_size=2, backend="gloo"),
-        asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name, timeout_sec),
-    )
+
+    async def create() -> Any:
+        try:
+            return await asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name,
+                                           timeout_sec)
+        except Exception as e:
+            raise WeightSyncFailed(engine.http.base_url, "trainer join of the weight-update group", None, e) from e
+
+    _, group = await asyncio.gather(engine.init_weight_sync(address, port, world_size=2, backend="gloo"), create())
     engine.broadcast = tensor_broadcaster(group, "cpu")
     return engine
