@@ -149,3 +149,42 @@ def test_config_that_is_not_utf8_is_one_line(tmp_path):
     result = runner.invoke(app, ["config", "show", "-c", str(bad)])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     assert result.output.strip() == f"ConfigError: {bad}: not UTF-8 (byte 26 is 0xe9); save the file as UTF-8, as TOML requires"
+
+
+UNCORRECTABLE_SAMPLING = [  # (overrides, the one-line error): log q is recorded before truncation (RECIPE.md §5)
+    (["harness.sampling.top_p=0.9"],
+     ("ConfigError: harness.sampling.top_p = 0.9: training rollouts must be drawn from the full softmax(logits / "
+      "temperature); the local engine reports log q of softmax(logits / temperature) before top-p truncation "
+      "(engines/sampling.py), so the trainer's importance ratios (TIS, score centering; RECIPE.md §5) would use the "
+      "wrong q; set harness.sampling.top_p = 1.0 (only evaluation may truncate)")),
+    (["harness.sampling.top_p=0.5", "engine.kind=sglang", "engine.url=http://127.0.0.1:9"],
+     ("ConfigError: harness.sampling.top_p = 0.5: training rollouts must be drawn from the full softmax(logits / "
+      "temperature); SGLang, and FireFlash's SGLang-compatible server, report log q")),
+    (["harness.sampling.temperature=0"],
+     ("ConfigError: harness.sampling.temperature = 0: training rollouts must be drawn from the full softmax(logits / "
+      "temperature), and greedy tokens are not draws from the q the engine reports")),
+]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("overrides,error", UNCORRECTABLE_SAMPLING, ids=["top_p", "top_p-sglang", "greedy"])
+def test_train_refuses_sampling_the_trainer_cannot_correct(tmp_path, overrides, error, dry_run):
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["train", f"tracking.run_dir={run_dir}", f"model.name_or_path={_model(tmp_path)}",
+                                 *overrides, *["--dry-run"] * dry_run])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert _last_line(result).startswith(error), result.output
+    assert len(result.output.strip().splitlines()) == 1  # checked before the plan is printed
+    assert "Traceback" not in result.output and not run_dir.exists()
+
+
+def test_probe_refuses_what_training_refuses_and_eval_does_not(tmp_path):
+    # probing measures pass rates under the training conditions (RECIPE.md §2); refused before any task loads
+    result = runner.invoke(app, ["tasks", "probe", "/nonexistent", "harness.sampling.top_p=0.9"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.strip().startswith(
+        "ConfigError: harness.sampling.top_p = 0.9: probing runs under the training conditions (RECIPE.md §2), and "
+        "training rollouts must be drawn from the full softmax(logits / temperature); the local engine reports"
+    ), result.output
+    result = runner.invoke(app, ["eval", "/nonexistent", "harness.sampling.top_p=0.9"])
+    assert result.exit_code == 2 and "ConfigError" not in result.output and "no tasks loaded" in result.output

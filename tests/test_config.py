@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config, parse_override
+from fireflash.config import (
+    ConfigError,
+    FireFlashConfig,
+    build_config,
+    dump_config,
+    load_config,
+    parse_override,
+)
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[1]
@@ -172,3 +179,19 @@ def test_not_utf8_names_the_file(tmp_path):
 def test_non_finite_numbers_are_named_beside_other_errors():
     msg = str(pytest.raises(ConfigError, load_config, None, ["runtime.steps=0", "training.betas=[0.9,inf]"]).value)
     assert "runtime.steps = 0" in msg and "training.betas.1 = inf: must be a finite number" in msg
+
+
+def test_training_refuses_top_p_on_every_engine_kind():
+    # no engine reports log-probs of the top-p-truncated distribution (config.ROLLOUT_LOGPROBS): all refuse
+    import typing
+
+    from fireflash.config import check_trainable_sampling
+    from fireflash.engines.config import EngineConfig
+
+    check_trainable_sampling(build_config({}))  # the recipe's sampling (top_p = 1, temperature = 1) trains
+    for kind in typing.get_args(EngineConfig.model_fields["kind"].annotation):
+        cfg = build_config({"harness": {"sampling": {"top_p": 0.95}}, "engine": {"kind": kind}})
+        with pytest.raises(ConfigError, match=r"^harness\.sampling\.top_p = 0\.95: .* set harness\.sampling\.top_p = 1"):
+            check_trainable_sampling(cfg)
+        with pytest.raises(ConfigError, match=r"^harness\.sampling\.top_p = 0\.95: probing runs under the training"):
+            check_trainable_sampling(cfg, probing=True)

@@ -67,3 +67,44 @@ def test_check_model_never_dequantises(tmp_path):
     assert not (tmp_path / "models").exists()
     with pytest.raises(ModelNotFound, match="fireflash sft"):
         check_model(str(tmp_path / "sft" / "model"))
+
+
+# The oldest transformers release with each API FireFlash calls that older releases lack (found by reading
+# each release's source and running tests/engines/test_kv.py and tests/training/test_prefix.py against it).
+# pyproject's floor must be at least the newest of them.
+TRANSFORMERS_APIS = {
+    "DynamicLayer.lazy_initialization(key_states, value_states) (engines/kv.py GrowingLayer)": (5, 0),
+    "from_pretrained(dtype=) (models.load_policy)": (4, 56),
+}
+
+
+@pytest.mark.unit
+def test_transformers_floor_in_pyproject_covers_the_apis_used():
+    import inspect
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from transformers.cache_utils import DynamicLayer
+
+    assert "value_states" in inspect.signature(DynamicLayer.lazy_initialization).parameters
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    [spec] = [d for d in pyproject["project"]["dependencies"] if re.match(r"transformers\b", d)]
+    floor = tuple(int(x) for x in re.search(r">=\s*([\d.]+)", spec)[1].split("."))
+    for api, first in TRANSFORMERS_APIS.items():
+        assert floor >= first, f"{spec}: {api} needs transformers >= {'.'.join(map(str, first))}"
+
+
+@pytest.mark.unit
+def test_kv_cache_name_matches_the_installed_transformers():
+    # 5.24 renamed past_key_values to cache; SGLang and vLLM pin releases on either side, in our environment
+    import inspect
+
+    from transformers import LlamaModel
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    from fireflash.models import kv_cache_name
+
+    name = kv_cache_name()
+    assert name in inspect.signature(LlamaModel.forward).parameters
+    assert name in BaseModelOutputWithPast.__dataclass_fields__

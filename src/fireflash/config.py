@@ -80,6 +80,50 @@ class ConfigError(ValueError):
     """A config file or override is wrong; the message names the source, the field path and the fix."""
 
 
+ROLLOUT_LOGPROBS = {
+    "local": "the local engine reports log q of softmax(logits / temperature) before top-p truncation "
+    "(engines/sampling.py)",
+    "scripted": "the scripted engine reports log q of softmax(logits / temperature) before top-p truncation",
+    "sglang": "SGLang, and FireFlash's SGLang-compatible server, report log q of softmax(logits / temperature) "
+    "before top-p truncation",
+    "vllm": "the vLLM client refuses top_p < 1 (a vLLM server's --logprobs-mode decides whether its log-probs "
+    "include truncation, and a server at engine.url may run with either)",
+}
+"""engine.kind → which distribution its reported log q belongs to (``check_trainable_sampling``)."""
+
+
+def check_trainable_sampling(cfg: FireFlashConfig, probing: bool = False) -> None:
+    """Refuse rollout sampling whose log q the trainer cannot correct for (RECIPE.md §5).
+
+    TIS and score centering weigh each token by p_trainer / q with q the engine's reported probability.
+    The trainer's p is the full softmax(logits / temperature); a token drawn after top-p truncation has
+    probability q / Z, so with the untruncated q every ratio would be off by Z. No engine reports log-probs
+    of the truncated distribution (``ROLLOUT_LOGPROBS``), so top_p < 1 is refused on all of them, and so is
+    greedy decoding (its tokens are not draws from the q it reports). Neither ``top_k`` nor ``min_p``
+    sampling exists in the config, and no engine client sends them (SGLang's /generate then samples the
+    whole vocabulary). Evaluation may truncate; probing runs under the training conditions (RECIPE.md §2),
+    so ``probing=True`` refuses the same settings.
+
+    Raises:
+        ConfigError: one line naming the field, why, and the fix.
+    """
+    s = cfg.harness.sampling
+    why = "training rollouts must be drawn from the full softmax(logits / temperature)"
+    if probing:
+        why = f"probing runs under the training conditions (RECIPE.md §2), and {why}"
+    if s.temperature == 0:
+        raise ConfigError(
+            f"harness.sampling.temperature = 0: {why}, and greedy tokens are not draws from the q the engine reports, "
+            "so importance ratios (RECIPE.md §5) would be wrong; set harness.sampling.temperature = 1.0"
+        )
+    if s.top_p < 1.0:
+        raise ConfigError(
+            f"harness.sampling.top_p = {s.top_p}: {why}; {ROLLOUT_LOGPROBS[cfg.engine.kind]}, so the trainer's "
+            "importance ratios (TIS, score centering; RECIPE.md §5) would use the wrong q; set "
+            "harness.sampling.top_p = 1.0 (only evaluation may truncate)"
+        )
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b=value"`` → (["a", "b"], value). Values are TOML literals; anything else is a plain string.
 

@@ -131,6 +131,19 @@ def _local_model_dir(name_or_path: str) -> Path:
     )
 
 
+def kv_cache_name() -> str:
+    """The name of a model's KV cache in transformers' forward kwargs and outputs: ``"cache"`` from 5.24,
+    ``"past_key_values"`` before (5.24 renamed it; the old name is removed in 5.40).
+
+    Both are in use: SGLang 0.5.23 pins transformers 5.19 and vLLM 0.34 needs < 5.23, and they share the
+    trainer's environment (``sys.executable -m sglang.launch_server``).
+    """
+    from transformers import __version__
+
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    return "cache" if (major, minor) >= (5, 24) else "past_key_values"
+
+
 def load_tokenizer(name_or_path: str = "smollm2-135m", cache_dir: str | Path | None = None) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 

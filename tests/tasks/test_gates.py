@@ -1,11 +1,15 @@
 """The nine gates: each broken fixture is rejected by exactly the gate it targets; sound tasks pass all."""
 
 import asyncio
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from fireflash.sandbox import SandboxConfig, make_backend
+from fireflash.tasks.commands import app
 from fireflash.tasks.config import GatesConfig
 from fireflash.tasks.gates import GATE_NAMES, validate_task
 from fireflash.tasks.loader import DATA_DIR, load_task
@@ -64,3 +68,36 @@ def test_sound_tasks_pass_every_gate(reports, path):
     assert report.passed and [g.gate for g in report.gates] == list(GATE_NAMES), report.model_dump_json(
         indent=1
     )
+
+
+def _without_alternatives(tmp_path: Path) -> Path:
+    task = tmp_path / "sort-no-alt"
+    shutil.copytree(FIXTURES / "valid-sort", task)
+    for alt in (task / "solution").glob("alt_*.sh"):
+        alt.unlink()
+    return task
+
+
+@pytest.mark.unit
+def test_gate_7_without_alternative_solutions_is_skipped_not_passed(tmp_path):
+    # gate 7 has nothing to replay, so it needs no sandbox; a skip is not a failure (the task enters the pool)
+    report = asyncio.run(validate_task(load_task(_without_alternatives(tmp_path)), None, CFG, gates=[2, 7]))
+    gate7 = report.gates[1]
+    assert (gate7.gate, gate7.status, gate7.passed, gate7.failed) == (7, "skipped", False, False)
+    assert "no alternative solutions" in gate7.detail
+    assert report.passed and report.failed_gates == [] and report.skipped_gates == [7]
+
+
+@pytest.mark.unit
+def test_tasks_validate_shows_a_skipped_gate_in_table_and_json(tmp_path):
+    task = _without_alternatives(tmp_path)
+    result = CliRunner().invoke(
+        app, ["validate", str(task), "--gates", "2,7", "--report-dir", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 0, result.output
+    gates = json.loads((tmp_path / "r" / "sort-no-alt.json").read_text())["gates"]
+    assert [(g["gate"], g["status"]) for g in gates] == [(2, "passed"), (7, "skipped")]
+    row = next(line for line in result.output.splitlines() if "sort-no-alt" in line and "│" in line)
+    assert row.split("│")[2:4] == [" ok ", " skip "], result.output
+    assert "sort-no-alt gate 7 not_fragile skipped: no alternative solutions shipped" in result.output
+    assert "1/1 tasks passed every gate (1 with a gate skipped)" in result.output

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fireflash.models import kv_cache_name
 from fireflash.protocols import GenerateRequest, GenerateResult
 
 Turn = str | list[int]
@@ -42,8 +43,9 @@ class ScriptedEngine:
         tokenizer: the tokenizer the harness uses (texts are encoded with it, no special tokens added).
         script: turns (texts or id lists) consumed in order by successive requests, or a function
             request → turn (None: no turn).
-        model: optional causal LM sampled once the script is spent (transformers 5 API:
-            ``model(ids [1, T], cache=..., use_cache=True)`` → ``.logits`` [1, T, V] and ``.cache``).
+        model: optional causal LM sampled once the script is spent (transformers API:
+            ``model(ids [1, T], cache=..., use_cache=True)`` → ``.logits`` [1, T, V] and ``.cache``;
+            ``past_key_values`` before transformers 5.24).
         seed: varies the synthetic logprobs and the model's draws.
         weight_version: the initial weight version reported on every sampled token.
     """
@@ -139,6 +141,7 @@ class ScriptedEngine:
         p = request.params
         generator = torch.Generator().manual_seed(p.seed if p.seed is not None else int(_unit(self.seed, request.request_id) * 2**31))
         ids, logprobs, topk_ids, topk_logprobs, finish = [], [], [], [], "length"
+        cache = kv_cache_name()
         with torch.no_grad():
             out = self.model(torch.tensor([request.prompt_ids]), use_cache=True)
             for _ in range(p.max_new_tokens):
@@ -159,7 +162,7 @@ class ScriptedEngine:
                 if token in p.stop_token_ids:
                     finish = "stop"
                     break
-                out = self.model(torch.tensor([[token]]), cache=out.cache, use_cache=True)
+                out = self.model(torch.tensor([[token]]), use_cache=True, **{cache: getattr(out, cache)})
         return GenerateResult(
             request_id=request.request_id, token_ids=ids, logprobs=logprobs, topk_ids=topk_ids,
             topk_logprobs=topk_logprobs, finish_reason=finish, weight_version=self._version,

@@ -192,10 +192,16 @@ def probe_command(
     out: Path | None = ManifestOutOpt,
 ) -> None:
     """Probe tasks with the base policy under training conditions; keep those it is unsure about (RECIPE.md §2)."""
+    from fireflash.config import ConfigError, check_trainable_sampling
     from fireflash.tasks.probe import probe_tasks
 
     specs, overrides = split_args(args)
     cfg = _config(config, overrides)
+    try:  # probing measures pass rates under the training conditions (RECIPE.md §2): what training refuses, too
+        check_trainable_sampling(cfg, probing=True)
+    except ConfigError as e:
+        typer.echo(f"ConfigError: {e}", err=True)
+        raise typer.Exit(2) from None
     tasks = _load_tasks(specs or list(cfg.tasks.paths))
     manifest_path = out or Path(cfg.tasks.pool_manifest or Path(cfg.tracking.run_dir) / "pool_manifest.json")
     p = cfg.tasks.probe

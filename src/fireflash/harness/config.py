@@ -7,7 +7,10 @@ class SamplingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; the trainer's logprobs use the same.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0, description="Nucleus sampling mass. Training and probing refuse < 1 (engines report log q "
+        "before truncation, so importance ratios would be wrong; config.check_trainable_sampling); eval may truncate."
+    )
     max_new_tokens_per_turn: int = Field(512, ge=1, description="Per-turn cap; clamped to the room left in context.")
     n_top_logprobs: int = Field(32, ge=0, description="K top log-probabilities per token for score centering (RECIPE.md §5).")
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fireflash.config import ConfigError, FireFlashConfig, dump_config
+from fireflash.config import ConfigError, FireFlashConfig, check_trainable_sampling, dump_config
 from fireflash.protocols import Task
 
 console = Console()
@@ -74,11 +74,13 @@ def role_threads(threads_per_role_setting: int | None, engine_num_threads: int |
 
 
 def check_train_config(cfg: FireFlashConfig) -> None:
-    """Engine settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can (a vLLM server).
+    """Engine and sampling settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can (a vLLM
+    server); sampling the trainer cannot correct for (top_p < 1, greedy: ``check_trainable_sampling``).
 
     Raises:
         ConfigError: the message names the field and the fix.
     """
+    check_trainable_sampling(cfg)
     engine = cfg.engine
     if engine.kind == "vllm":
         raise ConfigError(

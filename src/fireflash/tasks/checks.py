@@ -1,4 +1,5 @@
-"""The nine gate checks: each takes a ``GateContext`` and returns (passed, detail) (RECIPE.md §3).
+"""The nine gate checks: each takes a ``GateContext`` and returns (passed, detail) (RECIPE.md §3);
+passed is None when the gate had nothing to check (reported as skipped, not as passed).
 
 Gate 1 leaves the reference-solved attempt in the context; gates 5-9 read it. See ``gates`` for what
 each gate means and ``validate_task`` for how they run.
@@ -182,10 +183,10 @@ async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
     return ok, "; ".join(details)
 
 
-async def _gate_not_fragile(s: GateContext) -> tuple[bool, str]:
+async def _gate_not_fragile(s: GateContext) -> tuple[bool | None, str]:
     alts = sorted((s.task.path / "solution").glob("alt_*.sh")) if s.task.path else []
     if not alts:
-        return True, "no alternative solutions shipped"
+        return None, "no alternative solutions shipped (solution/alt_*.sh): nothing to replay"
     failures, details = [], []
     for alt in alts:
         async with closing(await s.replay(alt)) as attempt:
@@ -275,7 +276,7 @@ async def _gate_deterministic(s: GateContext) -> tuple[bool, str]:
     return True, "; ".join(details)
 
 
-GATES: dict[int, Callable[[GateContext], Awaitable[tuple[bool, str]]]] = {
+GATES: dict[int, Callable[[GateContext], Awaitable[tuple[bool | None, str]]]] = {
     1: _gate_reference,
     2: _gate_stated,
     3: _gate_offline,

@@ -26,6 +26,7 @@ from fireflash.tasks.fuzz_run import fuzz_graders
 from fireflash.tasks.gates import GATE_NAMES, GateReport, validate_task
 from fireflash.tasks.loader import load_tasks
 
+CELLS = {"passed": "[green]ok[/green]", "failed": "[red]FAIL[/red]", "skipped": "[yellow]skip[/yellow]"}
 app = typer.Typer(help="Task sets: validation gates and grader fuzzing (RECIPE.md §3).", no_args_is_help=True)
 console = Console()
 
@@ -143,7 +144,8 @@ def validate(
 
     def on_report(report: GateReport) -> None:
         mark = "[green]PASS[/green]" if report.passed else f"[red]FAIL {report.failed_gates}[/red]"
-        console.print(f"{mark} {report.task_id} ({report.duration_sec:.1f} s)")
+        skipped = f", skipped {report.skipped_gates}" if report.skipped_gates else ""
+        console.print(f"{mark} {report.task_id} ({report.duration_sec:.1f} s{skipped})")
         if report_dir:
             (report_dir / f"{report.task_id}.json").write_text(report.model_dump_json(indent=2))
 
@@ -155,18 +157,20 @@ def validate(
         table.add_column(str(g), justify="center")
     for r in reports:
         by_gate = {g.gate: g for g in r.gates}
-        table.add_row(
-            r.task_id, *("[green]ok[/green]" if by_gate[g].passed else "[red]FAIL[/red]" for g in selected)
-        )
+        table.add_row(r.task_id, *(CELLS[by_gate[g].status] for g in selected))
     console.print(table)
     console.print("gates: " + ", ".join(f"{g} {GATE_NAMES[g]}" for g in selected))
     for r in reports:
         for g in r.gates:
-            if not g.passed:
+            if g.failed:
                 console.print(f"[red]{r.task_id} gate {g.gate} {g.name}[/red]: {g.detail}")
+            elif g.status == "skipped":
+                console.print(f"[yellow]{r.task_id} gate {g.gate} {g.name} skipped[/yellow]: {g.detail}")
     n_failed = sum(not r.passed for r in reports)
+    n_skipped = sum(bool(r.skipped_gates) for r in reports)
     console.print(
-        f"{len(reports) - n_failed}/{len(reports)} tasks passed every gate; {len(errors)} failed to load"
+        f"{len(reports) - n_failed}/{len(reports)} tasks passed every gate ({n_skipped} with a gate skipped); "
+        f"{len(errors)} failed to load"
     )
     if n_failed or errors:
         raise typer.Exit(1)

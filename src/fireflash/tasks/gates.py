@@ -2,6 +2,7 @@
 
     report = await validate_task(task, backend, GatesConfig())
     report.passed, report.failed_gates      # e.g. False, [6]
+    report.skipped_gates                    # e.g. [7]: the task ships no solution/alt_*.sh
 
     1 reference      the reference solution, replayed as Bash tool calls in the training sandbox
                      (offline, as training is) and scored by the task's grader, solves the task
@@ -11,11 +12,13 @@
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
                      lines in the environment; no hidden future commits in git history
     6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0
-    7 not_fragile    every solution/alt_*.sh solves the task too
+    7 not_fragile    every solution/alt_*.sh solves the task too (skipped when none is shipped)
     8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
     9 deterministic  the same final state scored K times gives identical scores and check outcomes
 
-Every gate runs even when an earlier one failed, so a report names all problems at once.
+Every gate runs even when an earlier one failed, so a report names all problems at once. A gate with
+nothing to check (gate 7 without alternative solutions) is *skipped*: not a failure, so the task still
+enters the pool, but the report says so instead of claiming the gate passed.
 Simplification: gate 2's optional LLM judge is not implemented (literal matching only).
 """
 
@@ -25,6 +28,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,15 +51,24 @@ GATE_NAMES = {
 
 
 class GateResult(BaseModel):
-    """One gate's verdict on one task; ``detail`` says what was measured or what failed."""
+    """One gate's verdict on one task; ``detail`` says what was measured, what failed or why it was skipped."""
 
     model_config = ConfigDict(extra="forbid")
 
     gate: int
     name: str
-    passed: bool
+    status: Literal["passed", "failed", "skipped"]
     detail: str = ""
     duration_sec: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """True only if the gate checked something and it held; a skipped gate did not pass."""
+        return self.status == "passed"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
 
 
 class GateReport(BaseModel):
@@ -66,13 +79,17 @@ class GateReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     task_id: str
     path: str | None = None
-    passed: bool
+    passed: bool  # no selected gate failed (skipped gates do not block the pool)
     gates: list[GateResult]
     duration_sec: float
 
     @property
     def failed_gates(self) -> list[int]:
-        return [g.gate for g in self.gates if not g.passed]
+        return [g.gate for g in self.gates if g.failed]
+
+    @property
+    def skipped_gates(self) -> list[int]:
+        return [g.gate for g in self.gates if g.status == "skipped"]
 
 
 async def validate_task(
@@ -81,10 +98,11 @@ async def validate_task(
     """Run the gates on ``task`` with sandboxes from ``backend`` (RECIPE.md §3).
 
     Gate 1 runs first when selected (gates 5-9 use the state it leaves); a gate that raises is
-    recorded as failed with the exception, and the remaining gates still run.
+    recorded as failed with the exception, and the remaining gates still run. A check that returns
+    ``None`` instead of a verdict had nothing to check and is recorded as skipped.
 
     Returns:
-        A ``GateReport``; ``passed`` is True only if every selected gate passed.
+        A ``GateReport``; ``passed`` is True if no selected gate failed (each passed or was skipped).
     """
     cfg = cfg or GatesConfig()
     selected = sorted(set(gates))
@@ -104,7 +122,7 @@ async def validate_task(
                 GateResult(
                     gate=gate,
                     name=GATE_NAMES[gate],
-                    passed=ok,
+                    status="skipped" if ok is None else "passed" if ok else "failed",
                     detail=detail,
                     duration_sec=round(time.monotonic() - t0, 3),
                 )
@@ -117,7 +135,7 @@ async def validate_task(
     return GateReport(
         task_id=task.id,
         path=str(task.path) if task.path else None,
-        passed=all(r.passed for r in results),
+        passed=not any(r.failed for r in results),
         gates=results,
         duration_sec=round(time.monotonic() - start, 3),
     )

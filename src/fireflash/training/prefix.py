@@ -19,6 +19,10 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from fireflash.models import kv_cache_name
+
+KV_CACHE = kv_cache_name()  # "cache" (transformers >= 5.24) or "past_key_values"
+
 
 def common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
     """Number of leading tokens all ``rows`` share (0 for no rows)."""
@@ -51,7 +55,7 @@ def shared_prefix_hidden(
         return body(input_ids=suffix_ids).last_hidden_state
     rows = suffix_ids.shape[0]
     with torch.set_grad_enabled(prefix_grad and torch.is_grad_enabled()):
-        cache = body(input_ids=prefix_ids[None], use_cache=True).cache
+        cache = getattr(body(input_ids=prefix_ids[None], use_cache=True), KV_CACHE)
         kv = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
     shared = DynamicCache(ddp_cache_data=kv, config=model.config)
-    return body(input_ids=suffix_ids, cache=shared, use_cache=True).last_hidden_state
+    return body(input_ids=suffix_ids, use_cache=True, **{KV_CACHE: shared}).last_hidden_state
