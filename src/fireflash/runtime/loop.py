@@ -317,7 +317,8 @@ class RLLoop:
                 metrics = await hooks.train_step(groups)
             except NoSampledTokens as e:  # refused before any state changed: nothing to publish or save
                 self.skipped_steps += 1
-                log.warning("skipped a step after step %d: %s", hooks.step, e)
+                # the last line: a trainer actor's error arrives wrapped in its remote traceback
+                log.warning("skipped a step after step %d: %s", hooks.step, str(e).strip().splitlines()[-1])
                 continue
             await hooks.publish_weights()
             trainer_busy += metrics["step_sec"]
