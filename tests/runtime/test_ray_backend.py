@@ -4,7 +4,8 @@ One run covers the Ray backend's contract: 2 trainer workers (FSDP2 ranks over g
 step while rollouts keep running, weight versions advance (the engine strictly loads rank 0's gathered
 weights after every step), zero-signal groups are dropped and counted, metrics and checkpoints land in the
 run directory, and a rollout worker killed mid-run is restarted by Ray, its in-flight attempts retried (no
-group lost) and its engine brought to the newest weights before it samples again.
+group lost) and its engine brought to the newest weights before it samples again. A second, shorter run
+stops at its wall limit with groups queued and checkpoints there (the loop is the local backend's, runtime.loop).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import pytest
 
@@ -82,18 +84,18 @@ def _placement(trainer_workers: int) -> Placement:
     )
 
 
-def _runtime(tmp_path, trainer_workers: int, steps: int) -> RayRuntime:
+def _runtime(tmp_path, trainer_workers: int, steps: int, build_trainer=_trainer, **kw) -> RayRuntime:
     task = next(t for t in bundled_tasks("train") if t.id == "text-count-lines")
     harness = HarnessConfig(max_turns=3, context_window_tokens=4096, max_total_tokens=8192,
                             sampling=SamplingConfig(max_new_tokens_per_turn=64, n_top_logprobs=32))
     return RayRuntime(
-        tasks=[task], build_rollout=_rollout_parts, build_trainer=_trainer, placement=_placement(trainer_workers),
+        tasks=[task], build_rollout=_rollout_parts, build_trainer=build_trainer, placement=_placement(trainer_workers),
         harness=harness, objective=OBJECTIVE, run_dir=tmp_path, steps=steps, group_size=2, groups_per_step=1,
         max_inflight_attempts=4, max_attempt_retries=2, discard_zero_signal_groups=True, seed=0, max_worker_restarts=2,
         worker_start_timeout_sec=120, writer=MetricsWriter(tmp_path, tensorboard=False),
         # scripted rollouts outpace the FSDP trainer: with the default bound (groups_per_step × max_staleness)
         # every worker would wait for queue room while step 1 runs, leaving no in-flight attempt to kill
-        max_queued_groups=64,
+        max_queued_groups=64, **kw,
     )
 
 
@@ -145,6 +147,34 @@ def test_async_loop_on_ray_survives_a_killed_rollout_worker(local_ray, tmp_path)
     for t in after:
         versions = [v for seg in t.segments for v in seg.weight_version if v >= 0]
         assert versions and min(versions) >= killed["version"] >= 1, t.attempt_id
+
+
+WALL_SEC = 6.0
+
+
+def _slow_trainer(rank: int, world_size: int):
+    """``_trainer`` whose first step ends past the run's wall limit, however soon its batch came: it lasts until
+    WALL_SEC + 4 s after the trainer was built (the driver's loop, and its deadline, start after that)."""
+    trainer = _trainer(rank, world_size)
+    built, train_step = time.monotonic(), trainer.train_step
+
+    def slow(groups):
+        time.sleep(max(0.0, built + WALL_SEC + 4.0 - time.monotonic()))
+        return train_step(groups)
+
+    trainer.train_step = slow
+    return trainer
+
+
+def test_the_wall_limit_stops_before_queued_groups_and_checkpoints_there(local_ray, tmp_path):
+    # scripted rollouts queue groups while step 1 runs past the limit: the run stops there (before taking a queued
+    # batch, which would not wait) and saves step 1, though it is not due for a periodic checkpoint
+    runtime = _runtime(tmp_path, trainer_workers=1, steps=4, build_trainer=_slow_trainer, max_wall_sec=WALL_SEC,
+                       checkpoint_every_steps=10)
+    history = asyncio.run(runtime.run())
+    assert runtime.stopped_at_wall_limit and runtime.trainer.step == 1 and len(history) == 1
+    assert len(runtime.queue) >= 1, "groups were queued when the run stopped"
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step-000001"
 
 
 def test_worker_refuses_attempts_on_weights_older_than_published(tmp_path):

@@ -8,15 +8,16 @@
       engine servers (servers.py): EngineServerWorker × E; each attempt goes to the least-loaded healthy server;
         ServerWeightSync: trainer rank 0 ══ weight-update group (or an HF directory) ══► every server, version + 1
 
-The semantics are the local backend's, from the same code: ``GroupScheduler`` issues slots and keeps the
-resume cursor, ``scored_attempt`` retries infrastructure failures inside a worker, ``finish_group`` turns
-outcomes into advantages or drops zero-signal / lost groups, the ``Trainer`` masks stale turns. The driver
-keeps ``max_inflight_attempts`` attempt calls running whatever the trainer does (rollouts never wait for
-it), and sends new weights after each step while those attempts go on (their next turns use the new
-version). A rollout worker that dies costs its in-flight attempts one try each: Ray restarts it (up to
-``max_worker_restarts``), the driver retries the attempts (on any live worker) and sends the restarted
-worker the newest weights before its first attempt. Metrics go to the same ``MetricsWriter`` with the same
-keys, so ``fireflash report`` reads a Ray run like a local one.
+The semantics are the local backend's, from the same code: the loop is ``runtime.loop.RLLoop`` (slots, steps,
+wall limit, checkpoints, metrics rows) with ``RayRuntime`` as its ``LoopHooks`` (attempts on rollout actors,
+steps on trainer actors, weights through the object store or a weight-update group); ``scored_attempt``
+retries infrastructure failures inside a worker, ``finish_group`` turns outcomes into advantages or drops
+zero-signal / lost groups, the ``Trainer`` masks stale turns. The driver keeps ``max_inflight_attempts``
+attempt calls running whatever the trainer does (rollouts never wait for it), and sends new weights after
+each step while those attempts go on (their next turns use the new version). A rollout worker that dies
+costs its in-flight attempts one try each: Ray restarts it (up to ``max_worker_restarts``), the driver
+retries the attempts (on any live worker) and sends the restarted worker the newest weights before its
+first attempt. Metrics rows are the loop's, so ``fireflash report`` reads a Ray run like a local one.
 
 With engine servers (``build_server``, or ``engine_urls`` of servers started elsewhere) the rollout workers
 hold no engine: each attempt is routed to the healthy server with the fewest attempts in flight and the
@@ -38,6 +39,7 @@ store, which suits small models — large ones use engine servers; run_dir must 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,10 +49,9 @@ from typing import Any, Literal
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.rl.metrics import detect_entropy_rise
 from fireflash.runtime.attempts import AttemptOutcome, error_info
 from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot
-from fireflash.runtime.local import RolloutStats, settle_attempt
+from fireflash.runtime.loop import RLLoop, RolloutStats
 from fireflash.runtime.placement import Placement, PlacementError
 from fireflash.runtime.ray_actors import (
     EngineBehind,
@@ -203,27 +204,21 @@ class RayRuntime:
             raise ValueError("engine servers need connect_server (url → client) to push weights to them")
         if not placement.engines_in_workers and build_server is None and not engine_urls:
             raise ValueError("engine servers need build_server (FireFlash launches them) or engine_urls (started elsewhere)")
-        self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
         self.build_rollout, self.build_trainer, self.placement = build_rollout, build_trainer, placement
-        self.harness, self.objective, self.run_dir = harness, objective, Path(run_dir).resolve()
-        self.steps, self.groups_per_step, self.mode = steps, groups_per_step, mode
-        self.max_inflight, self.max_retries = max_inflight_attempts, max_attempt_retries
+        self.harness, self.run_dir, self.steps = harness, Path(run_dir).resolve(), steps
+        self.max_retries = max_attempt_retries
         self.max_restarts, self.start_timeout_sec = max_worker_restarts, worker_start_timeout_sec
-        self.hang_margin_sec, self.max_wall_sec = hang_margin_sec, max_wall_sec
-        self.discard_zero_signal, self.checkpoint_every = discard_zero_signal_groups, checkpoint_every_steps
+        self.hang_margin_sec = hang_margin_sec
         self.resume = resume
-        self.writer, self.save_trajectories = writer, save_trajectories
-        self.stopped_at_wall_limit = False
-        self.scheduler: GroupScheduler | None = None  # built in run(), after a resume's cursor is known
-        # sync mode samples exactly one step's groups, then trains on them (runtime.local does the same)
-        bound = groups_per_step if mode == "sync" else max_queued_groups
-        self.queue = GroupQueue(groups_per_step, objective.max_staleness, bound)  # complete groups for the trainer
-        self._generate = asyncio.Event()
-        self.stats, self.total = RolloutStats(), RolloutStats()
-        self.running_attempts = 0
+        # the scheduler is set in _start (loop.load_cursor), once a resume's cursor is known
+        self.loop = RLLoop(
+            self, tasks=tasks, group_size=group_size, seed=seed, objective=objective, run_dir=self.run_dir, steps=steps,
+            groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
+            discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
+            checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
+            max_queued_groups=max_queued_groups,
+        )
         self.trainer = TrainerProgress()
-        self.entropy_history: list[float] = []
-        self.history: list[dict[str, float]] = []
         self.workers: list[_Worker] = []
         self.trainers: list[Any] = []
         self.publisher = WeightPublisher()
@@ -334,9 +329,7 @@ class RayRuntime:
             root = str(self.run_dir / "checkpoints")
             cursor = (await asyncio.gather(*(t.restore.remote(root) for t in self.trainers)))[0]
             self.trainer.step, self.trainer.weight_version = await self.trainers[0].progress.remote()
-        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor)
-        if self.writer is not None:  # rows a killed run wrote past its checkpoint describe steps run again
-            self.writer.drop_after(self.trainer.step)
+        self.loop.load_cursor(cursor)
         if self.servers:  # form the weight-update group (and tag a resumed run's weights with their version)
             async with self._sync_lock:
                 await self._sync_servers()
@@ -512,7 +505,7 @@ class RayRuntime:
             raise WorkersLost(f"no rollout worker is alive (runtime.ray.max_worker_restarts = {self.max_restarts})")
         return min(live, key=lambda w: (w.inflight, w.index))
 
-    async def _engine_busy_sec(self) -> float:
+    async def engine_busy_sec(self) -> float:
         """Engine busy seconds summed over workers since the run started (restarted workers start at 0)."""
         live = [w for w in self.workers if w.alive]
         results = await asyncio.gather(*(w.handle.engine_busy_sec.remote() for w in live), return_exceptions=True)
@@ -548,7 +541,7 @@ class RayRuntime:
 
     # ---- rollout side -------------------------------------------------------------------------------
 
-    async def _attempt(self, slot: Slot) -> AttemptOutcome:
+    async def attempt(self, slot: Slot) -> AttemptOutcome:
         """``scored_attempt`` on a live worker with the newest weights; a worker's death costs the attempt one try."""
         import ray
         from ray.exceptions import RayActorError
@@ -596,98 +589,75 @@ class RayRuntime:
         duration = time.perf_counter() - start
         return AttemptOutcome(slot.task.id, slot.attempt_id, None, None, len(errors), errors, duration)
 
-    async def _slot_loop(self) -> None:
-        assert self.scheduler is not None
-        while True:
-            await self.queue.wait_for_room(self.scheduler)
-            # checked after every wait, right before the slot (as runtime.local's workers): a woken wait does not
-            # mean the trainer still lets the engines sample
-            if self.mode == "sync" and not self._generate.is_set():
-                await self._generate.wait()
-                continue
-            slot = self.scheduler.next_slot()
-            self.running_attempts += 1
-            try:
-                outcome = await self._attempt(slot)
-            finally:
-                self.running_attempts -= 1
-            await settle_attempt(
-                slot, outcome, self.scheduler, self.queue, self.objective, self.discard_zero_signal, (self.stats, self.total),
-                self.run_dir / "trajectories" if self.save_trajectories else None,
-            )
+    # ---- training side: loop.LoopHooks ----------------------------------------------------------------
 
-    # ---- training side ------------------------------------------------------------------------------
-
-    async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
-        """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
-        start = time.perf_counter()
-        self._generate.set()
-        groups = await self.queue.take(deadline)
-        if groups is None:
-            return None
-        if self.mode == "sync":  # drain: the engines must be idle while the trainer works
-            self._generate.clear()
-            while self.running_attempts:
-                await asyncio.sleep(0.05)
-        return groups, time.perf_counter() - start
-
-    async def _train(self) -> None:
+    async def train_step(self, groups: list[Group]) -> dict[str, float]:
         import ray
 
-        wall0, trainer_busy = time.perf_counter(), 0.0
-        busy0 = await self._engine_busy_sec()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wall_sec if self.max_wall_sec is not None else None
-        while self.trainer.step < self.steps:
-            batch = await self._next_batch(deadline)
-            if batch is None:
-                self.stopped_at_wall_limit = True
-                return
-            groups, waited = batch
-            groups_ref = ray.put(groups)  # one copy in the object store, read by every trainer rank
-            if self.servers:  # the lock: a recovering server's catch-up never sends this step's weights as the last
-                async with self._sync_lock:
-                    results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
-                    metrics, self.trainer.step, self.trainer.weight_version = results[0]
-                    await self._sync_servers()
-            else:
-                results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
-                metrics, self.trainer.step, self.trainer.weight_version = results[0]
-                await self._publish()
-            trainer_busy += metrics["step_sec"]
-            wall = time.perf_counter() - wall0
-            live = max(sum(w.alive for w in self.workers), 1)
-            engine_busy = await self._engine_busy_sec() - busy0
-            self.entropy_history.append(metrics.get("entropy/mean", 0.0))
-            rise = detect_entropy_rise(
-                self.entropy_history, self.objective.entropy_window_steps, self.objective.entropy_rise_threshold
-            )
-            metrics |= self.stats.take() | {
-                "weight_version": float(self.trainer.weight_version),
-                "trainer/wait_sec": waited,
-                "trainer/idle_share": 1.0 - trainer_busy / wall,
-                "engine/idle_share": 1.0 - engine_busy / (wall * live),
-                "queue/groups": float(len(self.queue)),
-                "rollout/running": float(self.running_attempts),
-                "rollout/worker_restarts": float(sum(w.restarts for w in self.workers)),
-                "rollout/workers_alive": float(sum(w.alive for w in self.workers)),
-                "rollout/tries_lost_to_dead_workers": float(self.actor_errors),
-                **({"engines/up": float(sum(s.state == "up" for s in self.servers)),
-                    "engines/restarts": float(sum(s.restarts for s in self.servers))} if self.servers else {}),
-                "entropy/rise": rise.rise,
-                "entropy/warning": float(rise.warning),
-                "wall_sec": wall,
-            }
-            self.history.append(metrics)
-            # the row before the checkpoint, as the local backend does: a kill between the two reruns a
-            # logged step (its row is dropped on resume) instead of losing the row of a checkpointed one
-            if self.writer is not None:
-                self.writer.write(self.trainer.step, metrics)
-            if self.trainer.step % self.checkpoint_every == 0 or self.trainer.step == self.steps:
-                assert self.scheduler is not None
-                cursor = self.scheduler.cursor(self.queue.group_ids())
-                root = str(self.run_dir / "checkpoints")
-                await asyncio.gather(*(t.save_checkpoint.remote(root, cursor) for t in self.trainers))
+        groups_ref = ray.put(groups)  # one copy in the object store, read by every trainer rank
+        # with engine servers, the lock: a recovering server's catch-up never sends the weights of a step still
+        # running (the driver would tag them with the version before it); after the step it sends the new ones
+        async with self._sync_lock if self.servers else contextlib.nullcontext():
+            results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
+            metrics, self.trainer.step, self.trainer.weight_version = results[0]
+        return metrics
+
+    async def publish_weights(self) -> None:
+        if self.servers:
+            async with self._sync_lock:
+                await self._sync_servers()
+        else:
+            await self._publish()
+
+    async def save_checkpoint(self, cursor: dict[str, Any]) -> None:
+        root = str(self.run_dir / "checkpoints")
+        await asyncio.gather(*(t.save_checkpoint.remote(root, cursor) for t in self.trainers))
+
+    def engine_count(self) -> int:
+        return max(sum(w.alive for w in self.workers), 1)
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {
+            "rollout/worker_restarts": float(sum(w.restarts for w in self.workers)),
+            "rollout/workers_alive": float(sum(w.alive for w in self.workers)),
+            "rollout/tries_lost_to_dead_workers": float(self.actor_errors),
+            **({"engines/up": float(sum(s.state == "up" for s in self.servers)),
+                "engines/restarts": float(sum(s.restarts for s in self.servers))} if self.servers else {}),
+        }
+
+    @property
+    def step(self) -> int:
+        return self.trainer.step
+
+    @property
+    def weight_version(self) -> int:
+        return self.trainer.weight_version
+
+    # ---- the loop's state, under the names the live view (job.py) and callers read ---------------------
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        return self.loop.history
+
+    @property
+    def total(self) -> RolloutStats:
+        return self.loop.total
+
+    @property
+    def queue(self) -> GroupQueue:
+        return self.loop.queue
+
+    @property
+    def scheduler(self) -> GroupScheduler | None:
+        return self.loop.scheduler
+
+    @property
+    def running_attempts(self) -> int:
+        return self.loop.running_attempts
+
+    @property
+    def stopped_at_wall_limit(self) -> bool:
+        return self.loop.stopped_at_wall_limit
 
     async def run(self) -> list[dict[str, float]]:
         """Start the actors, run until ``steps`` optimizer steps are done, stop the actors; returns each step's metrics.
@@ -698,17 +668,8 @@ class RayRuntime:
             EnginesLost: every engine server died for good (or none started).
             ray.exceptions.RayError: a trainer worker failed (resume from the last checkpoint).
         """
-        loops: list[asyncio.Task[None]] = []
         try:
             await self._start()
-            loops = [asyncio.create_task(self._slot_loop()) for _ in range(self.max_inflight)]
-            loops.append(asyncio.create_task(self._train()))
-            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # a slot loop or the trainer raised: surface it (slot loops never end on their own)
+            return await self.loop.run()
         finally:
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
             await self._stop()
-        return self.history

@@ -51,6 +51,29 @@ class NoSampledTokens(BatchError):
     """A step's groups hold no policy-sampled token (loss mask 1): there is nothing to compute a gradient on."""
 
 
+class AllTokensStale(NoSampledTokens):
+    """Every policy-sampled token of a step is more than ``max_staleness`` versions behind the trainer: the loss
+    masks them all (RECIPE.md §5), so there is no gradient either, yet AdamW's momentum would still move the
+    weights and the version would still go up."""
+
+
+def count_fresh_tokens(groups: Sequence[Group], trainer_version: int, max_staleness: int) -> tuple[int, int]:
+    """(policy-sampled tokens, those at most ``max_staleness`` versions behind ``trainer_version``) of ``groups``.
+
+    Counts the positions ``pack_groups`` trains (loss mask 1, after a segment's first position), as ``rl.loss``
+    measures staleness: ``trainer_version - weight_version``.
+    """
+    sampled = fresh = 0
+    for g in groups:
+        for traj in g.trajectories:
+            for seg in traj.segments:
+                for t, (m, v) in enumerate(zip(seg.loss_mask, seg.weight_version)):
+                    if m and t > 0:
+                        sampled += 1
+                        fresh += trainer_version - v <= max_staleness
+    return sampled, fresh
+
+
 def to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
     """``mb`` with every tensor on ``device`` (the same tensors when they are there already)."""
     policy = type(mb.policy)(*(t.to(device) for t in mb.policy))

@@ -283,6 +283,14 @@ class FSDPTrainer(Trainer):
         totals = finish_micro_batch_metrics(_sum_over_ranks(totals))
         return totals | {"tokens/n": float(n_tokens), "micro_batches": float(len(micro))}
 
+    def count_fresh_tokens(self, groups: Sequence[Group]) -> tuple[int, int]:
+        """``Trainer.count_fresh_tokens``, the largest count over ranks: every rank skips an all-stale step or
+        none does (a rank that stepped alone would wait forever in the others' collectives). Collective."""
+        counts = torch.tensor(super().count_fresh_tokens(groups), dtype=torch.int64, device=self.device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+        sampled, fresh = counts.tolist()
+        return sampled, fresh
+
     def pack(self, groups: Sequence[Group]) -> list[MicroBatch]:
         """``pack_groups`` without shared prefixes: FSDP2 reshards a layer after each forward, and one backward
         through two forward passes of the same layers (prefix, then suffixes) finds its parameters freed."""

@@ -30,7 +30,7 @@ from fireflash.protocols import Group
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import add_micro_batch_metrics, finish_micro_batch_metrics
 from fireflash.rl.objective import objective_loss
-from fireflash.training.batch import MicroBatch, pack_groups, to_device
+from fireflash.training.batch import AllTokensStale, MicroBatch, count_fresh_tokens, pack_groups, to_device
 from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from fireflash.training.config import TrainerConfig
 from fireflash.training.prefix import shared_prefix_hidden
@@ -138,8 +138,19 @@ class Trainer:
                 ``NoSampledTokens``: nothing to learn from, so no update and no new version (the weights would
                 not change, yet the bump would age every turn in flight by one version for staleness).
                 Raised before any state changes; the runtimes never queue such groups (``finish_group``).
+            fireflash.training.batch.AllTokensStale: (a ``NoSampledTokens``) every sampled token is more than
+                ``objective.max_staleness`` versions behind; no optimizer step (AdamW's momentum would still move
+                the weights), no new version. Raised before any state changes; the runtimes count it as a
+                skipped step (``trainer/skipped_steps``).
         """
         start = time.perf_counter()
+        sampled, fresh = self.count_fresh_tokens(groups)
+        if sampled and not fresh:
+            raise AllTokensStale(
+                f"{len(groups)} group(s): all {sampled} policy-sampled tokens are more than rl.max_staleness="
+                f"{self.objective.max_staleness} versions behind weight version {self.weight_version}; the loss masks "
+                "every one, so the step is skipped (no optimizer step, no new version)"
+            )
         metrics = self.accumulate_gradients(groups)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip_norm)
         self.optimizer.step()
@@ -147,6 +158,10 @@ class Trainer:
         self.step += 1
         self.weight_version += 1
         return metrics | {"grad_norm": float(grad_norm), "step_sec": time.perf_counter() - start}
+
+    def count_fresh_tokens(self, groups: Sequence[Group]) -> tuple[int, int]:
+        """(policy-sampled tokens, those within ``objective.max_staleness`` of ``weight_version``) of ``groups``."""
+        return count_fresh_tokens(groups, self.weight_version, self.objective.max_staleness)
 
     def accumulate_gradients(self, groups: Sequence[Group]) -> dict[str, float]:
         """Forward/backward every micro-batch of ``groups`` into ``.grad`` (no optimizer step).
