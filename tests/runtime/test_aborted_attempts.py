@@ -22,7 +22,7 @@ from fireflash.protocols import GenerateRequest, GenerateResult, Status
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.attempts import ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupQueue, GroupScheduler
-from fireflash.runtime.local import RolloutStats, settle_attempt
+from fireflash.runtime.loop import RolloutStats, settle_attempt
 from fireflash.sandbox import make_backend
 from fireflash.sandbox.config import SandboxConfig
 

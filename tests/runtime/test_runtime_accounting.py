@@ -182,7 +182,7 @@ def test_a_bound_below_one_step_is_refused(tmp_path):
 def test_a_window_without_graded_attempts_has_no_pass_rate():
     # a step whose window saw no attempt finish must not log pass rate 0 (the rl5 curve dropped to 0 every
     # other step); the counts are still logged, and the next window's means are its own
-    from fireflash.runtime.local import RolloutStats
+    from fireflash.runtime.loop import RolloutStats
 
     stats = RolloutStats()
     row = stats.take()
