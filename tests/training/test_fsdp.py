@@ -4,6 +4,8 @@ One spawn (module fixture) runs every distributed scenario; the tests compare it
 """
 
 import copy
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +14,13 @@ from test_trainer import VOCAB, _groups, _trainer
 from fireflash.models import build_tiny_model, load_policy
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.training.config import TrainerConfig
-from fireflash.training.fsdp import FSDPTrainer, init_trainer_group, leave_trainer_group, spawn_ranks
+from fireflash.training.fsdp import (
+    FSDPTrainer,
+    free_port,
+    init_trainer_group,
+    leave_trainer_group,
+    spawn_ranks,
+)
 
 pytestmark = pytest.mark.unit
 CFG = {"lr": 1e-2, "micro_batch_tokens": 15}  # three micro-batches: two on rank 0, one (plus a zero pass) on rank 1
@@ -107,3 +115,37 @@ def test_needs_a_process_group():
     with pytest.raises(RuntimeError, match="init_trainer_group"):
         _fsdp(build_tiny_model(VOCAB), torch.device("cpu"))
 
+
+class _Killed(BaseException):
+    """A simulated kill -9 of the writer."""
+
+
+def test_a_kill_while_the_sharded_writer_replaces_a_step_keeps_a_complete_checkpoint(tmp_path, monkeypatch):
+    """The sharded writer shares the single-process writer's commit (test_checkpoint.py covers every kill point):
+    killed as it renames the new step-N into place, ``latest`` still restores the old step-N whole."""
+    device = init_trainer_group(0, 1, "127.0.0.1", free_port(), timeout_sec=30)  # one rank, in this process
+    try:
+        root = tmp_path / "sharded"
+        trainer = _fsdp(build_tiny_model(VOCAB), device, sharded_checkpoints=True)
+        trainer.train_step(_groups(build_tiny_model(VOCAB), seed=0))
+        trainer.save_checkpoint(root, cursor={"v": "old"})
+        old = copy.deepcopy(trainer.state_dict())  # at one rank it may alias the live parameters
+        trainer.train_step(_groups(build_tiny_model(VOCAB), seed=2, version=1))
+        trainer.step = 1  # a resumed run saving the step a killed run had saved
+        real_replace = os.replace
+
+        def replace(src, dst, **kwargs):
+            if Path(dst) == root / "step-000001":
+                raise _Killed(f"rename {src} -> {dst}")
+            return real_replace(src, dst, **kwargs)
+
+        monkeypatch.setattr(os, "replace", replace)
+        with pytest.raises(_Killed):
+            trainer.save_checkpoint(root, cursor={"v": "new"})
+        monkeypatch.undo()
+        restored = _fsdp(build_tiny_model(VOCAB, seed=7), device, sharded_checkpoints=True)
+        assert restored.restore(root) == {"v": "old"} and restored.weight_version == 1
+        for name, value in old.items():
+            torch.testing.assert_close(restored.state_dict()[name], value, atol=0, rtol=0, msg=name)
+    finally:
+        leave_trainer_group()
