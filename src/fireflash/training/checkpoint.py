@@ -5,6 +5,9 @@
         config.json  model.safetensors  generation_config.json  tokenizer files
         trainer_state.pt         optimizer state, RNG states
         fireflash.json           step, weight_version, data cursor (schema_version)
+      step-000006/               a sharded checkpoint (training.sharded_checkpoints): config.json, tokenizer
+        dcp/                     files, fireflash.json and torch.distributed.checkpoint shards, no HF weights;
+        hf/                      written from the shards on --resume (``resume_model_dir``) for the engines
       latest                     name of the newest complete checkpoint
 
 Every writer (the single-process trainer, FSDP's gathered and sharded checkpoints, SFT) goes through
@@ -209,9 +212,7 @@ def load_checkpoint_state(
     Raises:
         CheckpointError: a newer schema or a missing trainer_state.pt.
     """
-    meta = json.loads((path / "fireflash.json").read_text())
-    if meta.get("schema_version", 0) > SCHEMA_VERSION:
-        raise CheckpointError(f"{path}/fireflash.json: schema_version {meta['schema_version']} is newer than {SCHEMA_VERSION}")
+    meta = read_checkpoint_meta(path)
     state_file = path / "trainer_state.pt"
     if not state_file.is_file():
         raise CheckpointError(f"{state_file} missing: the checkpoint is incomplete")
@@ -219,3 +220,103 @@ def load_checkpoint_state(
     (load_optimizer or optimizer.load_state_dict)(state["optimizer"])
     _set_rng_state(state["rng"])
     return meta
+
+
+def read_checkpoint_meta(path: Path) -> dict[str, Any]:
+    """``path/fireflash.json``: step, weight_version, cursor, schema_version ("sharded": true for DCP shards).
+
+    Raises:
+        CheckpointError: a newer schema than this FireFlash reads.
+    """
+    meta = json.loads((path / "fireflash.json").read_text())
+    if meta.get("schema_version", 0) > SCHEMA_VERSION:
+        raise CheckpointError(f"{path}/fireflash.json: schema_version {meta['schema_version']} is newer than {SCHEMA_VERSION}")
+    return meta
+
+
+def is_sharded(path: Path) -> bool:
+    """Whether checkpoint ``path`` holds torch.distributed.checkpoint shards (``dcp/``) instead of HF weights."""
+    return (path / "dcp").is_dir()
+
+
+def load_sharded_state(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load a sharded checkpoint's weights and optimizer state into ``model`` / ``optimizer``; returns its metadata.
+
+    Works at any world size: with a default process group (``FSDPTrainer``, collective) every rank reads its
+    own shards; without one (the single-process ``Trainer``) the whole state is read. Weights and optimizer
+    state are keyed by parameter name, so the saving world size does not matter.
+
+    Raises:
+        CheckpointError: a newer schema.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    meta = read_checkpoint_meta(path)
+    state = {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, optimizer)}
+    _load_shards(state, path / "dcp")
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    return meta
+
+
+def resume_model_dir(root: Path) -> Path:
+    """The HF model directory ``--resume`` starts the engines and the trainer from: the latest checkpoint under
+    ``root``, or for a sharded one its ``hf/`` view, written once from the shards' weights.
+
+    Why write it: engines (in-process or servers) load an HF directory, and a sharded checkpoint has none. The
+    trainer then restores weights and optimizer from the shards themselves (``load_sharded_state``).
+    Simplification (named): the view holds the full weights in one process's memory while it is written, as
+    the trainer's rank 0 does for every weight sync anyway. Call it from one process (the driver).
+
+    Raises:
+        CheckpointError: no checkpoint under ``root`` (``latest_checkpoint``).
+    """
+    path = latest_checkpoint(root)
+    if not is_sharded(path):
+        return path
+    view = path / "hf"
+    if view.is_dir():  # written by an earlier resume (renamed into place only once complete)
+        return view
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shards = str(path / "dcp")
+    prefix = "model."  # the writer saves {"model": ..., "optimizer": ...}; DCP flattens keys with dots
+    weights = {
+        key[len(prefix):]: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in FileSystemReader(shards).read_metadata().state_dict_metadata.items()
+        if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata)
+    }
+    _load_shards({"model": weights}, path / "dcp", alone=True)
+    tmp = path / ".hf.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for item in path.iterdir():  # config and tokenizer files
+        if item.is_file() and item.name != "fireflash.json":
+            shutil.copy2(item, tmp / item.name)
+    with torch.device("meta"):  # only the class and config: the weights are the shards'
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+    _fsync_tree(tmp)
+    os.replace(tmp, view)
+    _fsync_dir(path)
+    return view
+
+
+def _load_shards(state: dict[str, Any], shards: Path, alone: bool = False) -> None:
+    """``dcp.load`` into ``state``: collective when a default process group exists (unless ``alone``), else
+    in this process alone."""
+    import warnings
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():  # reading in one process is meant here, not a missing process group
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(shards), no_dist=alone or not dist.is_initialized())

@@ -56,10 +56,11 @@ from fireflash.rl.metrics import finish_micro_batch_metrics
 from fireflash.training.batch import MicroBatch, pack_groups, to_device
 from fireflash.training.checkpoint import (
     SCHEMA_VERSION,
-    CheckpointError,
     commit_checkpoint,
+    is_sharded,
     latest_checkpoint,
     load_checkpoint_state,
+    load_sharded_state,
     save_checkpoint,
     stage_checkpoint,
     staging_dir,
@@ -343,7 +344,7 @@ class FSDPTrainer(Trainer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         path = latest_checkpoint(Path(root))
-        if (path / "dcp").is_dir():
+        if is_sharded(path):
             return self._restore_sharded(path)
 
         def scatter(state: dict[str, Any]) -> None:
@@ -382,24 +383,7 @@ class FSDPTrainer(Trainer):
         return root / f"step-{self.step:06d}"
 
     def _restore_sharded(self, path: Path) -> dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        meta = json.loads((path / "fireflash.json").read_text())
-        if meta.get("schema_version", 0) > SCHEMA_VERSION:
-            raise CheckpointError(f"{path}/fireflash.json: schema_version {meta['schema_version']} is newer than {SCHEMA_VERSION}")
-        state = {
-            "model": get_model_state_dict(self.model),
-            "optimizer": get_optimizer_state_dict(self.model, self.optimizer),
-        }
-        dcp.load(state, checkpoint_id=str(path / "dcp"))
-        set_model_state_dict(self.model, state["model"])
-        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        meta = load_sharded_state(path, self.model, self.optimizer)
         self.step, self.weight_version = meta["step"], meta["weight_version"]
         return meta["cursor"]
 
