@@ -147,14 +147,15 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     from fireflash.runtime.local import LocalRuntime
     from fireflash.runtime.tracking import MetricsWriter
     from fireflash.sandbox import make_backend
-    from fireflash.training.checkpoint import latest_checkpoint
+    from fireflash.training.checkpoint import resume_model_dir
     from fireflash.training.trainer import Trainer, default_device
 
     tasks = check_training(cfg, resume) if tasks is None else tasks
     run_dir = Path(cfg.tracking.run_dir)
-    # a checkpoint is a complete HF model directory: on --resume weights and tokenizer both come from it, so a
-    # base directory rewritten since (runs/sft/model by another warm-up) cannot pair them with another tokenizer
-    start_dir = (latest_checkpoint(run_dir / "checkpoints") if resume
+    # a checkpoint is a complete HF model directory (a sharded one gets an HF view): on --resume weights and
+    # tokenizer both come from it, so a base directory rewritten since (runs/sft/model by another warm-up)
+    # cannot pair them with another tokenizer
+    start_dir = (resume_model_dir(run_dir / "checkpoints") if resume
                  else resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(cfg))

@@ -29,7 +29,8 @@ class TrainerConfig(BaseModel):
         False,
         description="FSDP2 trainer (more than one trainer worker): every rank writes its own shards with "
         "torch.distributed.checkpoint instead of rank 0 gathering one HF directory (for models too large to "
-        "gather); the config, tokenizer and cursor are still written, and --resume reads either form. The "
-        "single-process trainer always writes an HF directory.",
+        "gather); the config, tokenizer and cursor are still written, and --resume reads either form, at any number "
+        "of trainer workers (for the engines it first writes the shards' weights once as an HF directory, "
+        "step-N/hf). The single-process trainer always writes an HF directory.",
     )
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")

@@ -40,7 +40,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -57,10 +56,14 @@ from fireflash.rl.metrics import finish_micro_batch_metrics
 from fireflash.training.batch import MicroBatch, pack_groups, to_device
 from fireflash.training.checkpoint import (
     SCHEMA_VERSION,
-    CheckpointError,
+    commit_checkpoint,
+    is_sharded,
     latest_checkpoint,
     load_checkpoint_state,
+    load_sharded_state,
     save_checkpoint,
+    stage_checkpoint,
+    staging_dir,
 )
 from fireflash.training.config import TrainerConfig
 from fireflash.training.trainer import Trainer, micro_batch_loss
@@ -349,7 +352,7 @@ class FSDPTrainer(Trainer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         path = latest_checkpoint(Path(root))
-        if (path / "dcp").is_dir():
+        if is_sharded(path):
             return self._restore_sharded(path)
 
         def scatter(state: dict[str, Any]) -> None:
@@ -365,55 +368,30 @@ class FSDPTrainer(Trainer):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-        name = f"step-{self.step:06d}"
-        final, tmp = root / name, root / f".{name}.tmp"
         if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            stage_checkpoint(root, self.step)
         dist.barrier()
+        staged = staging_dir(root, self.step)
         state = {
             "model": get_model_state_dict(self.model),
             "optimizer": get_optimizer_state_dict(self.model, self.optimizer),
         }
-        dcp.save(state, checkpoint_id=str(tmp / "dcp"))
+        dcp.save(state, checkpoint_id=str(staged / "dcp"))  # returns on rank 0 once every rank's shards are written
         if self.rank == 0:
-            self.model.config.save_pretrained(tmp)
+            self.model.config.save_pretrained(staged)
             if self.tokenizer is not None:
-                self.tokenizer.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(staged)
             meta = {
                 "schema_version": SCHEMA_VERSION, "step": self.step, "weight_version": self.weight_version,
                 "cursor": cursor, "sharded": True,
             }
-            (tmp / "fireflash.json").write_text(json.dumps(meta, indent=1))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            (root / ".latest.tmp").write_text(name)
-            os.replace(root / ".latest.tmp", root / "latest")
-            for old in sorted(p for p in root.glob("step-*") if p.is_dir())[: -self.cfg.keep_checkpoints]:
-                shutil.rmtree(old)
+            (staged / "fireflash.json").write_text(json.dumps(meta, indent=1))
+            commit_checkpoint(root, self.step, self.cfg.keep_checkpoints)
         dist.barrier()
-        return final
+        return root / f"step-{self.step:06d}"
 
     def _restore_sharded(self, path: Path) -> dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        meta = json.loads((path / "fireflash.json").read_text())
-        if meta.get("schema_version", 0) > SCHEMA_VERSION:
-            raise CheckpointError(f"{path}/fireflash.json: schema_version {meta['schema_version']} is newer than {SCHEMA_VERSION}")
-        state = {
-            "model": get_model_state_dict(self.model),
-            "optimizer": get_optimizer_state_dict(self.model, self.optimizer),
-        }
-        dcp.load(state, checkpoint_id=str(path / "dcp"))
-        set_model_state_dict(self.model, state["model"])
-        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        meta = load_sharded_state(path, self.model, self.optimizer)
         self.step, self.weight_version = meta["step"], meta["weight_version"]
         return meta["cursor"]
 

@@ -31,7 +31,13 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import add_micro_batch_metrics, finish_micro_batch_metrics
 from fireflash.rl.objective import objective_loss
 from fireflash.training.batch import AllTokensStale, MicroBatch, count_fresh_tokens, pack_groups, to_device
-from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+from fireflash.training.checkpoint import (
+    is_sharded,
+    latest_checkpoint,
+    load_checkpoint_state,
+    load_sharded_state,
+    save_checkpoint,
+)
 from fireflash.training.config import TrainerConfig
 from fireflash.training.prefix import shared_prefix_hidden
 
@@ -221,12 +227,17 @@ class Trainer:
     def restore(self, root: Path) -> dict[str, Any]:
         """Restore optimizer, RNG, step and version from the latest checkpoint under ``root``.
 
-        The model must already hold that checkpoint's weights (load it with ``load_policy(path)``);
+        The model must already hold that checkpoint's weights (load it with ``load_policy(path)``), except
+        for a sharded checkpoint of the FSDP trainer, whose weights are loaded here too (at any world size);
         returns the saved data cursor.
 
         Raises:
             fireflash.training.checkpoint.CheckpointError: nothing to resume from.
         """
-        meta = load_checkpoint_state(latest_checkpoint(Path(root)), self.optimizer)
+        path = latest_checkpoint(Path(root))
+        if is_sharded(path):
+            meta = load_sharded_state(path, self.model, self.optimizer)
+        else:
+            meta = load_checkpoint_state(path, self.optimizer)
         self.step, self.weight_version = meta["step"], meta["weight_version"]
         return meta["cursor"]
