@@ -1,8 +1,24 @@
 """Sandbox configuration (RECIPE.md §1: every attempt and every grading run in its own sandbox)."""
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TRIXIE, BOOKWORM = "localhost/fireflash/debian:trixie", "localhost/fireflash/debian:bookworm"
+PYTHON_313, PYTHON_311 = "localhost/fireflash/python:3.13", "localhost/fireflash/python:3.11"
+DEFAULT_BASE_IMAGES: dict[str, str] = {
+    **{f"ubuntu:{t}": TRIXIE for t in ("24.04", "noble", "latest", "rolling", "25.04", "25.10")},
+    **{f"ubuntu:{t}": BOOKWORM for t in ("22.04", "jammy", "20.04", "focal")},
+    **{f"debian:{t}{s}": BOOKWORM for t in ("bookworm", "12") for s in ("", "-slim")},
+    **{f"debian:{t}{s}": TRIXIE for t in ("trixie", "13", "stable") for s in ("", "-slim")},
+    "debian:latest": TRIXIE,
+    **{f"python:3.{v}{s}": PYTHON_313 for v in (12, 13) for s in ("", "-slim", "-slim-trixie", "-trixie",
+                                                                   "-slim-bookworm", "-bookworm")},
+    **{f"python:3.11{s}": PYTHON_311 for s in ("", "-slim", "-slim-bookworm", "-bookworm")},
+}
+"""Images no registry may serve → local bases that ``fireflash images bases`` builds (Debian's archive only).
+Ubuntu 24.04 → Debian trixie and 22.04 → bookworm are the nearest glibc and Python; Python 3.12 → 3.13 (Debian
+has no 3.12). Every use is printed and recorded, never silent (tasks/images.py)."""
 
 
 class SandboxConfig(BaseModel):
@@ -62,6 +78,23 @@ class SandboxConfig(BaseModel):
     cgroup_mode: Literal["auto", "v2", "v1", "none"] = Field(
         "auto", description="Resource limits through cgroup v2, v1, or none (rlimits only); 'auto' detects."
     )
+    image_builder: Literal["auto", "podman", "buildah", "docker"] = Field(
+        "auto",
+        description="Tool that builds and stores task images: 'auto' takes podman, else buildah, else docker "
+        "when its daemon answers.",
+    )
+    base_images: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_BASE_IMAGES),
+        description="FROM image that cannot be pulled → local image used instead (printed and recorded). "
+        "Entries given are added to the built-in map (sandbox/config.py DEFAULT_BASE_IMAGES); map a name to "
+        "'' to drop a built-in entry. Names are matched without 'docker.io/library/' and with ':latest' added.",
+    )
+    image_pull_timeout_sec: float = Field(
+        60.0, ge=0, description="Limit of one pull of a task's base or docker_image, seconds; 0 never pulls."
+    )
+    image_build_timeout_sec: float = Field(
+        1800.0, gt=0, description="Limit of one image build when task.toml sets no build_timeout_sec, seconds."
+    )
 
     @field_validator("ro_binds")
     @classmethod
@@ -76,6 +109,13 @@ class SandboxConfig(BaseModel):
                     f"sandbox.ro_binds {inside!r} = {host!r}: both must be absolute, outside system dirs"
                 )
         return v
+
+    @field_validator("base_images", mode="before")
+    @classmethod
+    def _onto_defaults(cls, v: Any) -> Any:
+        # the user's entries extend the built-in map rather than replace it: one new entry must not
+        # silently drop every default substitution
+        return {**DEFAULT_BASE_IMAGES, **v} if isinstance(v, dict) else v
 
     @field_validator("root_dir")
     @classmethod
