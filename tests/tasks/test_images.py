@@ -1,0 +1,210 @@
+"""A task's environment image (tasks/images.py): the decisions with a scripted tool, then real builds.
+
+The scripted tool answers ``exists`` / ``pull`` / ``inspect`` from sets and "builds" with a shell command,
+so every branch runs here without a container tool. The tests marked ``images`` build for real with the
+host's podman (installed by ``make setup``): they build the Debian trixie base once when it is missing
+(~1.5 min) and the fixture task's image (~1 min); later runs reuse both.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fireflash.sandbox.config import TRIXIE, SandboxConfig
+from fireflash.sandbox.containers import ContainerToolMissing, ImageInfo, find_tool
+from fireflash.sandbox.rootfs import image_rootfs
+from fireflash.tasks.images import SUBSTITUTIONS_LABEL, ImageBuildError, base_map, content_digest, task_image
+
+FIXTURE = Path(__file__).parent / "fixtures" / "images" / "ubuntu-apt-pip"
+NO_HOST = "dial tcp: lookup registry-1.docker.io: no such host"
+
+
+class ScriptedTool:
+    """A container tool whose store is a set: pulls succeed only for ``pullable``; a build runs ``script``."""
+
+    kind = "podman"
+
+    def __init__(self, local=(), pullable=(), script="exit 0"):
+        self.local, self.pullable, self.script = set(local), set(pullable), script
+        self.labels: dict[str, dict] = {}
+        self.pulls: list[str] = []
+        self.builds: list[str] = []  # the Dockerfile text of each build
+
+    def exists(self, ref):
+        return ref in self.local
+
+    def pull(self, ref, timeout_sec):
+        self.pulls.append(ref)
+        if ref in self.pullable:
+            self.local.add(ref)
+            return None
+        return NO_HOST
+
+    def inspect(self, ref):
+        return ImageInfo("ab" * 32, self.labels.get(ref, {}))
+
+    def build_args(self, dockerfile, context, tag, build_args, volumes, labels):
+        self.builds.append(dockerfile.read_text())
+        if self.script == "exit 0":
+            self.local.add(tag)
+            self.labels[tag] = labels
+        return ["sh", "-c", self.script]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIREFLASH_CACHE", str(tmp_path / "cache"))
+
+
+def _task(root: Path, dockerfile: str | None, environment: str = "") -> Path:
+    (root / "environment").mkdir(parents=True)
+    (root / "task.toml").write_text(f'version = "1.0"\n[environment]\n{environment}\n')
+    if dockerfile is not None:
+        (root / "environment" / "Dockerfile").write_text(dockerfile)
+    return root
+
+
+def test_unpullable_base_is_substituted_printed_recorded_and_cached():
+    tool, said = ScriptedTool(local={TRIXIE}), []
+    first = task_image(FIXTURE, SandboxConfig(), tool, said.append)
+    assert first.source == "dockerfile" and not first.cached and first.image.startswith("localhost/fireflash/env:")
+    assert [(s.original, s.replacement, s.line) for s in first.substitutions] == [
+        ("ubuntu:24.04", TRIXIE, 4), ("ubuntu:24.04", TRIXIE, 7)]
+    assert first.substitutions[0].reason == NO_HOST
+    assert sum("cannot be pulled; using localhost/fireflash/debian:trixie" in line for line in said) == 2
+    built = tool.builds[0].splitlines()
+    assert f"FROM {TRIXIE} AS build" in built and f"FROM {TRIXIE}" in built
+    assert "ARG SSL_CERT_FILE" in built  # the host's CA bundle reaches RUN steps (when the host has one)
+    assert json.loads(tool.labels[first.image][SUBSTITUTIONS_LABEL])[0]["original"] == "ubuntu:24.04"
+
+    again = task_image(FIXTURE, SandboxConfig(), tool, said.append)
+    assert again.cached and again.image == first.image and len(tool.builds) == 1
+    assert again.substitutions == first.substitutions  # read back from the image's label
+    assert tool.pulls == ["ubuntu:24.04", "ubuntu:24.04"]  # only the first build tried the registry
+
+
+def test_an_image_neither_pullable_nor_mapped_stops_before_the_build(tmp_path):
+    task = _task(tmp_path / "t", "FROM busybox:1\nCOPY --from=ghcr.io/astral-sh/uv:0.5 /uv /bin/\n")
+    tool = ScriptedTool(local={"busybox:1"})
+    with pytest.raises(ImageBuildError, match=r"COPY --from ghcr.io/astral-sh/uv:0.5 \(Dockerfile line 2\).*"
+                                              r"no such host.*\nfix: .*sandbox.base_images"):
+        task_image(task, SandboxConfig(), tool, print)
+    assert tool.builds == []
+
+
+def test_a_pullable_base_is_pulled_not_substituted(tmp_path):
+    task = _task(tmp_path / "t", "FROM ubuntu:24.04\n")
+    record = task_image(task, SandboxConfig(), ScriptedTool(local={TRIXIE}, pullable={"ubuntu:24.04"}), print)
+    assert record.substitutions == [] and not record.cached
+
+
+def test_docker_image_when_local_and_the_dockerfile_when_not(tmp_path):
+    task = _task(tmp_path / "t", "FROM busybox:1\n", 'docker_image = "team/env:1"')
+    record = task_image(task, SandboxConfig(), ScriptedTool(local={"team/env:1"}), print)
+    assert (record.source, record.image, record.cached) == ("docker_image", "team/env:1", True)
+    record = task_image(task, SandboxConfig(), ScriptedTool(local={"busybox:1"}), print)
+    assert record.source == "dockerfile" and "docker_image team/env:1 is not local" in record.notes[0]
+
+
+def test_neither_dockerfile_nor_image(tmp_path):
+    task = _task(tmp_path / "t", None, 'docker_image = "team/env:1"')
+    with pytest.raises(ImageBuildError, match="task t: no .*environment/Dockerfile and no usable"):
+        task_image(task, SandboxConfig(), ScriptedTool(), print)
+
+
+def test_a_failed_build_names_the_task_the_log_tail_and_the_fix(tmp_path):
+    task = _task(tmp_path / "t", "FROM ubuntu:24.04\nRUN apt-get install -y libfoo\n")
+    tool = ScriptedTool(local={TRIXIE}, script="echo 'E: Unable to locate package libfoo'; exit 100")
+    with pytest.raises(ImageBuildError) as caught:
+        task_image(task, SandboxConfig(), tool, print)
+    message = str(caught.value)
+    assert message.startswith("task t: building") and "exited 100" in message
+    assert "E: Unable to locate package libfoo" in caught.value.log_tail and caught.value.log_path.is_file()
+    assert "ubuntu:24.04 → localhost/fireflash/debian:trixie" in caught.value.fix
+
+
+def test_content_digest_follows_files_modes_and_the_base_map(tmp_path):
+    (tmp_path / "a.txt").write_text("a")
+    base = content_digest("FROM x\n", tmp_path, {"x:latest": "y"})
+    assert content_digest("FROM x\n", tmp_path, {"x:latest": "y"}) == base
+    assert content_digest("FROM x\n", tmp_path, {"x:latest": "z"}) != base
+    os.chmod(tmp_path / "a.txt", 0o755)
+    assert content_digest("FROM x\n", tmp_path, {"x:latest": "y"}) != base
+    (tmp_path / "a.txt").write_text("b")
+    assert content_digest("FROM x\n", tmp_path, {"x:latest": "y"}) != base
+
+
+def test_base_image_entries_extend_the_built_in_map():
+    cfg = SandboxConfig(base_images={"team/base:1": "localhost/x:1", "ubuntu:24.04": ""})
+    assert cfg.base_images["team/base:1"] == "localhost/x:1"
+    assert cfg.base_images["ubuntu:22.04"] == "localhost/fireflash/debian:bookworm"
+    assert cfg.base_images["ubuntu:24.04"] == ""  # dropped: that base is never substituted
+    assert base_map(SandboxConfig(base_images={"docker.io/library/alpine": "a"}))["alpine:latest"] == "a"
+
+
+# --- real builds: the host's podman (make setup installs it) ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory):
+    try:
+        tool = find_tool("auto")
+    except ContainerToolMissing as e:
+        pytest.skip(f"no container tool: {e}")
+    if shutil.which("mmdebstrap") is None or os.geteuid() != 0:
+        pytest.skip("needs mmdebstrap and root (make setup installs it; CI runs as root)")
+    return tool
+
+
+@pytest.fixture(scope="module")
+def built(podman, tmp_path_factory):
+    """The fixture task's image, built now (the builder's layer cache keeps a rebuild to seconds)."""
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FIREFLASH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        first = task_image(FIXTURE, SandboxConfig(), podman, said.append, rebuild=True)
+        second = task_image(FIXTURE, SandboxConfig(), podman, said.append)
+    return first, second, said
+
+
+@pytest.mark.images
+@pytest.mark.timeout(900)
+def test_the_trixie_base_builds_or_exists(podman):
+    from fireflash.tasks.bases import ensure_base
+
+    ensure_base(podman, TRIXIE)
+    assert podman.exists(TRIXIE)
+    assert podman.inspect(TRIXIE).labels.get("fireflash.base") == TRIXIE
+
+
+@pytest.mark.images
+@pytest.mark.timeout(900)
+def test_fixture_task_builds_with_substitution_apt_pip_stages_and_copies(built):
+    first, second, said = built
+    assert not first.cached and first.builder in ("podman", "buildah")
+    assert [s.line for s in first.substitutions] == [4, 7]
+    assert all(s.replacement == TRIXIE for s in first.substitutions)
+    assert any("FROM ubuntu:24.04 (line 4) cannot be pulled; using" in line for line in said)
+    assert second.cached and second.image_id == first.image_id and second.substitutions == first.substitutions
+
+
+@pytest.mark.images
+@pytest.mark.timeout(600)
+def test_rootfs_has_the_images_files_and_runs_its_python(podman, built, tmp_path):
+    rootfs = image_rootfs(podman, built[0].image, tmp_path / "rootfs")
+    assert image_rootfs(podman, built[0].image, tmp_path / "rootfs") == rootfs  # exported once
+    assert (rootfs / "usr/bin/tree").is_file()  # the apt package (the host lacks it)
+    assert (rootfs / "opt/stage-one.txt").read_text() == "made in the build stage\n"
+    assert json.loads((rootfs / "etc/fixture/config.json").read_text()) == {"name": "fireflash"}
+    assert (rootfs / "usr/local/share/fixture-marker").is_file() and (rootfs / "app/hello.txt").is_file()
+    assert not (rootfs / "dev/fireflash-ca.crt").exists() and not list((rootfs / "dev").iterdir())
+    code = "import sys, six; print(sys.version_info[:2], six.__version__)"
+    done = subprocess.run(["bwrap", "--ro-bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev", "--unshare-all",
+                           "/opt/venv/bin/python", "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.strip() == "(3, 13) 1.16.0", done.stderr
+    env = podman.run("image", "inspect", "--format", "{{json .Config.Env}}", built[0].image)
+    assert "SSL_CERT_FILE" not in env  # build ARGs never enter the image
+
