@@ -3,6 +3,8 @@
     fireflash train -c C [a.b=v...]          the main job: asynchronous GRPO (--resume, --sync, --dry-run)
     fireflash tasks validate|fuzz PATH...    the nine validation gates (RECIPE.md §3)
     fireflash tasks probe TASKS -c C         difficulty probing → pool manifest (RECIPE.md §2)
+    fireflash tasks build PATH...            each task's environment image, built once (podman/buildah/docker)
+    fireflash images bases                   local Debian bookworm/trixie bases for offline machines (mmdebstrap)
     fireflash eval TASKS --model M           Pass@1 over 5 trials, pass@k, cost per trial (RECIPE.md §6)
     fireflash report RUN_DIR | pareto ...    plots of a training run; the cost/Pass@1 frontier
     fireflash agent run TASK_DIR | replay T  one attempt through the harness; print a saved trajectory
@@ -26,6 +28,7 @@ from fireflash.evaluation.commands import compare_command, eval_command, probe_c
 from fireflash.harness.commands import app as agent_app
 from fireflash.sft.commands import sft_command
 from fireflash.tasks.commands import app as tasks_app
+from fireflash.tasks.image_commands import build_command, images_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
                   no_args_is_help=True, add_completion=False)
@@ -36,10 +39,12 @@ app.add_typer(model_app, name="model")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(agent_app, name="agent")
 app.add_typer(report_app, name="report")
+app.add_typer(images_app, name="images")
 app.command("eval")(eval_command)
 app.command("compare")(compare_command)
 app.command("sft")(sft_command)
 tasks_app.command("probe")(probe_command)
+tasks_app.command("build")(build_command)
 console = Console()
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")

@@ -208,3 +208,30 @@ def test_rootfs_has_the_images_files_and_runs_its_python(podman, built, tmp_path
     env = podman.run("image", "inspect", "--format", "{{json .Config.Env}}", built[0].image)
     assert "SSL_CERT_FILE" not in env  # build ARGs never enter the image
 
+
+def test_cli_refuses_an_unknown_suite_and_no_paths():
+    from typer.testing import CliRunner
+
+    from fireflash.cli import app
+
+    result = CliRunner().invoke(app, ["images", "bases", "--suite", "sid"])
+    assert result.exit_code == 2 and "--suite sid: choose from bookworm, trixie" in result.output
+    result = CliRunner().invoke(app, ["tasks", "build", "sandbox.image_builder=podman"])
+    assert result.exit_code == 2 and "no task paths given" in result.output
+
+
+@pytest.mark.images
+@pytest.mark.timeout(600)
+def test_cli_keeps_an_existing_base_and_reports_a_cached_task_image(built, tmp_path):
+    from typer.testing import CliRunner
+
+    from fireflash.cli import app
+
+    result = CliRunner().invoke(app, ["images", "bases", "--suite", "trixie"])
+    assert result.exit_code == 0 and f"{TRIXIE}: exists, kept" in result.output
+    result = CliRunner().invoke(app, ["tasks", "build", str(FIXTURE), "--report-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"ubuntu-apt-pip: {built[0].image} (cached)" in result.output
+    assert "FROM ubuntu:24.04 (line 4) was substituted by localhost/fireflash/debian:trixie" in result.output
+    record = json.loads((tmp_path / "ubuntu-apt-pip.json").read_text())
+    assert record["schema_version"] == 1 and record["substitutions"][0]["line"] == 4

@@ -277,6 +277,15 @@ def _expand(spec: str | Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+def task_dirs(spec: str | Path) -> list[Path]:
+    """The task directories ``spec`` names (as in ``load_tasks``), without loading them.
+
+    Raises:
+        TaskLoadError: an unknown bundled split, a bad 'generated:' spec, or no such directory.
+    """
+    return _expand(spec)
+
+
 def _generated(text: str) -> list[Path]:
     """'generated:N', 'generated:N:SEED' or 'generated:N:SEED:FAMILY,FAMILY,...' → N instances of every task
     family (tasks/families.py), or of the named ones, written once under the cache directory and reused.
