@@ -17,6 +17,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   need_root apt-get update -qq && need_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Container tooling for task images (issue 26; `fireflash tasks build`, `fireflash images bases`): podman and
+# buildah build a task's Dockerfile, runc runs its steps (podman's default crun fails on hybrid cgroups; FireFlash
+# passes --runtime runc --cgroup-manager cgroupfs itself, so no host config is edited), mmdebstrap builds the local
+# Debian bases. Rootless podman also needs uidmap, slirp4netns and fuse-overlayfs. The bundled tasks run without
+# any of them, so a failed install only warns.
+tools=()
+for tool in podman buildah mmdebstrap; do command -v "$tool" >/dev/null 2>&1 || tools+=("$tool"); done
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || tools+=(runc)
+if [ "$(id -u)" -ne 0 ]; then
+  command -v newuidmap >/dev/null 2>&1 || tools+=(uidmap)
+  command -v slirp4netns >/dev/null 2>&1 || tools+=(slirp4netns)
+  command -v fuse-overlayfs >/dev/null 2>&1 || tools+=(fuse-overlayfs)
+fi
+if [ ${#tools[@]} -gt 0 ]; then
+  echo "setup: installing container tooling: ${tools[*]}"
+  if ! { need_root apt-get update -qq && need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tools[@]}" >/dev/null; }; then
+    echo "setup: warning: could not install ${tools[*]}; task images need them (apt-get install -y ${tools[*]})" >&2
+  fi
+fi
+
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
