@@ -2,7 +2,7 @@
 
 import pytest
 
-from fireflash.tasks.image_refs import ImageUse, external_images, normalize, rewrite
+from fireflash.tasks.image_refs import ImageUse, external_images, normalize, qualify, rewrite
 
 
 @pytest.mark.parametrize(
@@ -19,6 +19,20 @@ from fireflash.tasks.image_refs import ImageUse, external_images, normalize, rew
 )
 def test_normalize(ref, expected):
     assert normalize(ref) == expected
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("ubuntu:24.04", "docker.io/library/ubuntu:24.04"),
+        ("team/env:1", "docker.io/team/env:1"),
+        ("ghcr.io/astral-sh/uv:0.5", "ghcr.io/astral-sh/uv:0.5"),
+        ("localhost/fireflash/debian:trixie", "localhost/fireflash/debian:trixie"),
+        ("registry:5000/x", "registry:5000/x"),
+    ],
+)
+def test_qualify_names_the_registry_docker_would_use(ref, expected):
+    assert qualify(ref) == expected
 
 
 MULTI = """\

@@ -84,7 +84,7 @@ def test_unpullable_base_is_substituted_printed_recorded_and_cached():
     again = task_image(FIXTURE, SandboxConfig(), tool, said.append)
     assert again.cached and again.image == first.image and len(tool.builds) == 1
     assert again.substitutions == first.substitutions  # read back from the image's label
-    assert tool.pulls == ["ubuntu:24.04", "ubuntu:24.04"]  # only the first build tried the registry
+    assert tool.pulls == ["docker.io/library/ubuntu:24.04"] * 2  # only the first build tried the registry
 
 
 def test_an_image_neither_pullable_nor_mapped_stops_before_the_build(tmp_path):
@@ -96,10 +96,12 @@ def test_an_image_neither_pullable_nor_mapped_stops_before_the_build(tmp_path):
     assert tool.builds == []
 
 
-def test_a_pullable_base_is_pulled_not_substituted(tmp_path):
-    task = _task(tmp_path / "t", "FROM ubuntu:24.04\n")
-    record = task_image(task, SandboxConfig(), ScriptedTool(local={TRIXIE}, pullable={"ubuntu:24.04"}), print)
+def test_a_pullable_base_is_pulled_by_its_registry_name_not_substituted(tmp_path):
+    task = _task(tmp_path / "t", "FROM ubuntu:24.04 AS base\n")
+    tool = ScriptedTool(local={TRIXIE}, pullable={"docker.io/library/ubuntu:24.04"})
+    record = task_image(task, SandboxConfig(), tool, print)
     assert record.substitutions == [] and not record.cached
+    assert "FROM docker.io/library/ubuntu:24.04 AS base" in tool.builds[0].splitlines()
 
 
 def test_docker_image_when_local_and_the_dockerfile_when_not(tmp_path):

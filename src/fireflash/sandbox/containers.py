@@ -83,7 +83,9 @@ class ContainerTool:
         """
         argv = self.argv(*args)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_sec, check=False)
+            # no stdin: podman would otherwise prompt on a terminal to choose a registry for a short name
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_sec, check=False,
+                                  stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             raise ContainerCommandFailed(argv, -1, f"timed out after {timeout_sec:.0f} s\n{e.stderr or ''}") from None
         if done.returncode != 0:
@@ -95,7 +97,7 @@ class ContainerTool:
         args = {"podman": ("image", "exists", ref), "buildah": ("inspect", "--type", "image", ref)}.get(
             self.kind, ("image", "inspect", ref)
         )
-        done = subprocess.run(self.argv(*args), capture_output=True, timeout=60, check=False)
+        done = subprocess.run(self.argv(*args), capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
         return done.returncode == 0
 
     def inspect(self, ref: str) -> ImageInfo:

@@ -48,6 +48,16 @@ def normalize(ref: str) -> str:
     return ref
 
 
+def qualify(ref: str) -> str:
+    """``ref`` with the registry docker would pull it from: ``ubuntu:24.04`` → ``docker.io/library/ubuntu:24.04``,
+    ``team/env`` → ``docker.io/team/env``; a name with a registry (``ghcr.io/...``, ``localhost/...``) is kept.
+    Podman resolves short names only through its own configuration, which may name no registry at all."""
+    first, slash, _ = ref.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return ref
+    return f"docker.io/{ref}" if slash else f"docker.io/library/{ref}"
+
+
 def _instructions(text: str) -> list[_Instruction]:
     lines = text.splitlines()
     escape = "\\"

@@ -37,7 +37,7 @@ from fireflash.sandbox.config import SandboxConfig
 from fireflash.sandbox.containers import ContainerTool, find_tool
 from fireflash.tasks.bases import BaseBuildError, ensure_base
 from fireflash.tasks.image_build import images_cache, run_build
-from fireflash.tasks.image_refs import ImageUse, external_images, normalize
+from fireflash.tasks.image_refs import ImageUse, external_images, normalize, qualify
 from fireflash.tasks.paths import TaskPaths
 
 ENV_REPO = "localhost/fireflash/env"
@@ -117,21 +117,22 @@ def base_map(cfg: SandboxConfig) -> dict[str, str]:
     return {normalize(k): v for k, v in cfg.base_images.items()}
 
 
-def _pull_or_substitute(
+def _resolve(
     tool: ContainerTool, use: ImageUse, cfg: SandboxConfig, task_id: str, say: Callable[[str], None],
     on_line: Callable[[str], None] | None,
-) -> BaseSubstitution | None:
-    """None when ``use.ref`` is local or pulled now; else the substitution (its base built if needed).
+) -> tuple[str, BaseSubstitution | None]:
+    """The image to build ``use`` with: itself when local, its registry name when pulled now, else the
+    substitute from the base map (built first if it is one of FireFlash's bases), with its record.
 
     Raises:
         ImageBuildError: neither pullable nor in the base map, or the mapped base cannot be had.
     """
     if tool.exists(use.ref):
-        return None
-    why = tool.pull(use.ref, cfg.image_pull_timeout_sec)
+        return use.ref, None
+    why = tool.pull(qualify(use.ref), cfg.image_pull_timeout_sec)
     if why is None:
-        say(f"{task_id}: pulled {use.ref}")
-        return None
+        say(f"{task_id}: pulled {qualify(use.ref)}")
+        return qualify(use.ref), None
     replacement = base_map(cfg).get(normalize(use.ref), "")
     if not replacement:
         raise ImageBuildError(
@@ -149,8 +150,8 @@ def _pull_or_substitute(
     except BaseBuildError as e:
         raise ImageBuildError(task_id, f"base {replacement} for FROM {use.ref}: {e}", "run `fireflash images bases`") from None
     say(f"{task_id}: FROM {use.ref} (line {use.line}) cannot be pulled; using {replacement} instead (sandbox.base_images)")
-    return BaseSubstitution(original=use.ref, replacement=replacement, line=use.line, instruction=use.instruction,
-                            reason=why)
+    return replacement, BaseSubstitution(original=use.ref, replacement=replacement, line=use.line,
+                                         instruction=use.instruction, reason=why)
 
 
 def _fix_for(tail: str, substitutions: list[BaseSubstitution], timed_out: bool) -> str:
@@ -206,12 +207,13 @@ def task_image(
                               "write the image reference as a string")
     if docker_image:
         local = tool.exists(docker_image)
-        why = None if local else tool.pull(docker_image, cfg.image_pull_timeout_sec)
+        image = docker_image if local else qualify(docker_image)
+        why = None if local else tool.pull(image, cfg.image_pull_timeout_sec)
         if why is None:
             if not local:
-                say(f"{task_id}: pulled {docker_image}")
-            return ImageRecord(task_id=task_id, task_dir=str(paths.root), image=docker_image,
-                               image_id=tool.inspect(docker_image).id, source="docker_image", builder=tool.kind,
+                say(f"{task_id}: pulled {image}")
+            return ImageRecord(task_id=task_id, task_dir=str(paths.root), image=image,
+                               image_id=tool.inspect(image).id, source="docker_image", builder=tool.kind,
                                cached=local, build_sec=time.monotonic() - start)
         notes.append(f"docker_image {docker_image} is not local and cannot be pulled ({why}); built from the Dockerfile")
         say(f"{task_id}: {notes[-1]}")
@@ -235,11 +237,13 @@ def task_image(
         return ImageRecord(task_id=task_id, task_dir=str(paths.root), image=tag, image_id=info.id, source="dockerfile",
                            builder=tool.kind, content_digest=digest, cached=True, substitutions=subs, notes=notes,
                            log_path=str(log) if log.is_file() else None)
-    subs = [s for u in uses if (s := _pull_or_substitute(tool, u, cfg, task_id, say, on_line)) is not None]
+    resolved = [(u, *_resolve(tool, u, cfg, task_id, say, on_line)) for u in uses]
+    subs = [sub for _, _, sub in resolved if sub is not None]
+    replacements = {u.line: image for u, image, _ in resolved if u.instruction == "FROM" and image != u.ref}
     timeout = float(env.get("build_timeout_sec") or cfg.image_build_timeout_sec)
     labels = {SUBSTITUTIONS_LABEL: json.dumps([s.model_dump() for s in subs])}
-    done, build_notes = run_build(tool, text, {s.line: s.replacement for s in subs if s.instruction == "FROM"}, context,
-                                  tag, images_cache() / "build" / digest[:32], log, labels, on_line, timeout)
+    done, build_notes = run_build(tool, text, replacements, context, tag, images_cache() / "build" / digest[:32], log,
+                                  labels, on_line, timeout)
     if done.returncode != 0:
         why = f"timed out after {timeout:.0f} s" if done.timed_out else f"exited {done.returncode}"
         raise ImageBuildError(task_id, f"building {dockerfile} with {tool.kind} {why}",
