@@ -180,6 +180,8 @@ def test_the_trixie_base_builds_or_exists(podman):
     ensure_base(podman, TRIXIE)
     assert podman.exists(TRIXIE)
     assert podman.inspect(TRIXIE).labels.get("fireflash.base") == TRIXIE
+    if shutil.which("buildah"):  # the same store read through buildah's own inspect format
+        assert find_tool("buildah").inspect(TRIXIE) == podman.inspect(TRIXIE)
 
 
 @pytest.mark.images

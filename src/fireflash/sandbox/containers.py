@@ -106,10 +106,10 @@ class ContainerTool:
         Raises:
             ContainerCommandFailed: the image is not in the local store.
         """
-        if self.kind == "buildah":
-            out = self.run("inspect", "--type", "image", "--format", "{{.FromImageID}} {{json .OCIv1.Config.Labels}}", ref)
-        else:
-            out = self.run("image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", ref)
+        if self.kind == "buildah":  # its --format templates have no json function
+            data = json.loads(self.run("inspect", "--type", "image", ref))
+            return ImageInfo(data["FromImageID"].removeprefix("sha256:"), data["OCIv1"]["config"].get("Labels") or {})
+        out = self.run("image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", ref)
         image_id, _, labels = out.strip().partition(" ")
         return ImageInfo(image_id.removeprefix("sha256:"), json.loads(labels or "null") or {})
 
