@@ -112,6 +112,15 @@ def test_docker_image_when_local_and_the_dockerfile_when_not(tmp_path):
     assert record.source == "dockerfile" and "docker_image team/env:1 is not local" in record.notes[0]
 
 
+def test_terminal_bench_1_layout_builds_its_top_level_dockerfile(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "task.yaml").write_text("instruction: x\n")
+    (tmp_path / "t" / "Dockerfile").write_text("FROM busybox:1\nCOPY run-tests.sh /\n")
+    tool = ScriptedTool(local={"busybox:1"})
+    record = task_image(tmp_path / "t", SandboxConfig(), tool, print)
+    assert record.source == "dockerfile" and tool.builds[0].startswith("FROM busybox:1\n")
+
+
 def test_neither_dockerfile_nor_image(tmp_path):
     task = _task(tmp_path / "t", None, 'docker_image = "team/env:1"')
     with pytest.raises(ImageBuildError, match="task t: no .*environment/Dockerfile and no usable"):
