@@ -7,7 +7,7 @@ What ran out of memory: ``fireflash train`` on the 24 GiB machine grew by ~4.5 G
 while sampling, 16.2 after step 1, 20.5 after step 2, killed at 24). The pieces a local step runs are
 reproduced here in one process, the way ``runtime.job`` wires them: the embedded SmolLM2-135M loaded
 twice (engine and trainer), the ``LocalEngine`` decode thread sampling concurrent requests the whole
-time, ``Trainer.train_step`` on a worker thread (``asyncio.to_thread``, as ``LocalRuntime._train``),
+time, ``Trainer.train_step`` on a worker thread (``asyncio.to_thread``, as the local runtime's step loop did),
 then ``engine.update_weights(trainer.state_dict(), version)``. The batch is synthetic (random tokens,
 one third of them sampled, rollout log-probs set near the policy's): memory, not learning, is measured.
 
@@ -47,7 +47,7 @@ def _batch(vocab: int, n_traj: int, length: int, seed: int) -> list:
             rollout_logprobs=[-8.0 if m else 0.0 for m in mask],
             topk_ids=[[rng.randrange(vocab) for _ in range(8)] if m else [] for m in mask],
             topk_logprobs=[[-8.0] * 8 if m else [] for m in mask],
-            weight_version=[0 if m else -1 for m in mask],
+            weight_version=[seed if m else -1 for m in mask],  # step k's batch: version k, fresh
         )]))
     rewards = [1.0 if i % 2 else 0.0 for i in range(n_traj)]
     return [Group(task_id="mem", trajectories=trajectories, scores=[Score(reward=r, solved=r == 1.0) for r in rewards],
@@ -112,7 +112,7 @@ async def _child(args: argparse.Namespace) -> dict:
     rows = [{"step": 0, "rss_gb": rss_gb()}]
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
-        await on_trainer(trainer.train_step, _batch(vocab, args.trajectories, args.length, step), trim=True)
+        await on_trainer(trainer.train_step, _batch(vocab, args.trajectories, args.length, trainer.weight_version), trim=True)
         await engine.update_weights(await on_trainer(trainer.state_dict), trainer.weight_version)
         rows.append({"step": step, "rss_gb": rss_gb(), "sec": time.perf_counter() - t0})
     stop.set()

@@ -359,8 +359,9 @@ def _sglang_answering(version_field: dict) -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-@pytest.mark.parametrize("field", [{}, {"weight_version": None}, {"weight_version": "v7"}, {"weight_version": ""}],
-                         ids=["absent", "null", "v7", "empty"])
+@pytest.mark.parametrize("field", [{}, {"weight_version": None}, {"weight_version": "v7"}, {"weight_version": ""},
+                                   {"weight_version": "-1"}, {"weight_version": -2}],
+                         ids=["absent", "null", "v7", "empty", "negative-str", "negative-int"])
 def test_sglang_result_without_a_weight_version_is_an_error(field):
     """Never the client's version at submit (on the Ray server path always 0, so every turn would turn stale)."""
     engine = SGLangEngine("http://sglang.test:30000", transport=_sglang_answering(field))

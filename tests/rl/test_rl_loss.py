@@ -132,6 +132,33 @@ def test_sc_renormalisation_and_padding():
     )
 
 
+def test_tis_with_sc_weighs_each_candidate_by_its_own_ratio_hand_computed():
+    # V = 3, logits θ = 0 → π = (1/3, 1/3, 1/3); sampler q = (.5, .3, .2), top-2 = {0, 1} plus a padded slot.
+    # Ratios π/q = (.667, 1.111, 1.667), none clipped by [0.5, 2]; q̃ renormalised over the top-2 = (.625, .375)
+    # (the candidates' ratios use q itself, not q̃). With ∇_θ log π(s) = e_s − π, the weighted centred score of
+    #   y = 0: .667(e0 − π) − .625·.667(e0 − π) − .375·1.111(e1 − π) = ( .30556, −.36111,  .05556)
+    #   y = 1: 1.111(e1 − π) − (same centering term)                  = (−.50926,  .60185, −.09259)
+    #   y = 2: 1.667(e2 − π) − (same centering term)                  = (−.69444, −.69444, 1.38889)
+    # and with A = 1 on a one-token attempt (floor 1) ∇loss = −(that).
+    want = {
+        0: [0.30555556, -0.36111111, 0.05555556],
+        1: [-0.50925926, 0.60185185, -0.09259259],
+        2: [-0.69444444, -0.69444444, 1.38888889],
+    }
+    q = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64).log()
+    topk_ids = torch.tensor([[0, 1, 0]])
+    topk_logq = torch.tensor([[q[0].item(), q[1].item(), float("-inf")]], dtype=torch.float64)
+    cfg = ObjectiveConfig(loss_floor_tokens=1, score_centering_topk=3)
+    for y, score_grad in want.items():
+        theta = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        logp = torch.log_softmax(theta, -1)
+        batch = _batch([q[y].item()], [0], [1.0], [1], target_ids=[y], topk_ids=topk_ids.tolist(),
+                       topk_logprobs=topk_logq.tolist())
+        loss, _ = policy_loss(logp[y : y + 1], logp[topk_ids], batch, 0, cfg)
+        (grad,) = torch.autograd.grad(loss, theta)
+        torch.testing.assert_close(grad, -torch.tensor(score_grad, dtype=torch.float64), atol=1e-7, rtol=0)
+
+
 def test_loss_floor_weighs_short_and_long_attempts():
     # 10-token attempt: denominator max(10, 2048) = 2048; 5,000-token attempt: 5,000. N = 2, A = 1, log π = -1:
     # loss = (1/2)(10/2048 + 5000/5000) = 0.50244140625; d loss / d log π_t = -1 / (2 · denominator)

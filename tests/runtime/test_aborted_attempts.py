@@ -8,11 +8,12 @@ attempt whose every try is aborted is lost (its group too), and ``rollout/aborte
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
-from conftest import DONE, RIGHT
 
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.evaluation.runner import failure_reason
@@ -27,6 +28,11 @@ from fireflash.sandbox import make_backend
 from fireflash.sandbox.config import SandboxConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+# this folder's conftest by path: as a plain module name, "conftest" can resolve to another test folder's
+_spec = importlib.util.spec_from_file_location("runtime_aborted_conftest", Path(__file__).with_name("conftest.py"))
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+DONE, RIGHT = _conftest.DONE, _conftest.RIGHT
 
 
 class AbortingEngine:

@@ -21,7 +21,7 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.attempts import AttemptOutcome
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.local import LocalRuntime
-from fireflash.runtime.loop import LoopHooks, RLLoop
+from fireflash.runtime.loop import LoopHooks, RLLoop, TrainingStalled
 from fireflash.runtime.placement import Placement
 from fireflash.runtime.ray_backend import RayRuntime
 from fireflash.runtime.tracking import MetricsWriter, read_metrics
@@ -144,6 +144,17 @@ def test_a_refused_batch_is_a_skipped_step_counted_in_the_next_row(tmp_path):
     assert [m["trainer/skipped_steps"] for m in history] == [0.0, 1.0, 0.0]
     assert [m["weight_version"] for m in history] == [1.0, 2.0, 3.0]
     assert loop.entropy_history == [1.0, 1.0, 1.0]  # a skipped step has no entropy
+
+
+def test_batches_refused_for_ever_stop_the_run_instead_of_spinning(tmp_path):
+    # an engine that tags every turn with a wrong version: each batch is all stale, now and for ever
+    hooks = FakeHooks(refuse_steps=range(1, 10_000))
+    loop = _loop(hooks, tmp_path, steps=3)
+    # default queue bound: groups_per_step × max_staleness groups, i.e. max_staleness (6) batches, plus one
+    with pytest.raises(TrainingStalled, match="refused 7 batches in a row after step 0"):
+        asyncio.run(asyncio.wait_for(loop.run(), 30))
+    assert hooks.batches_taken == 7
+    assert hooks.published == [] and hooks.checkpoints == [] and hooks.step == 0
 
 
 def test_the_entropy_history_travels_in_the_checkpoint_cursor(tmp_path):

@@ -59,7 +59,8 @@ def test_trainer_weights_reach_the_server_after_each_update(server, tmp_path, mo
         # the run's weight_sync_timeout_sec: the update's call waits for the server longer than the group does
         assert engine.weight_sync_timeout_sec == 60 and engine.update_timeout_sec == 600
         request = GenerateRequest(request_id="r", prompt_ids=PROMPT, params=PARAMS)
-        (before,) = await engine.generate([request])
+        (before,) = await engine.generate([request])  # the trainer's weights already, not the server's own
+        before_teacher = _teacher_logprobs(trainer_model, PROMPT, before.token_ids)
         results = []
         for version in (1, 2):
             with torch.no_grad():  # a different model each time, as after an optimizer step
@@ -69,13 +70,14 @@ def test_trainer_weights_reach_the_server_after_each_update(server, tmp_path, mo
             (res,) = await engine.generate([request])
             results.append((version, res, _teacher_logprobs(trainer_model, PROMPT, res.token_ids)))
         await engine.close()
-        return before, results
+        return before, before_teacher, results
 
-    before, results = asyncio.run(run())
+    before, before_teacher, results = asyncio.run(run())
     assert before.weight_version == 0
+    torch.testing.assert_close(torch.tensor(before.logprobs), before_teacher, atol=1e-5, rtol=0)
     for version, res, teacher in results:
         assert res.weight_version == version
         torch.testing.assert_close(torch.tensor(res.logprobs), teacher, atol=1e-5, rtol=0)
     assert results[0][1].logprobs != results[1][1].logprobs
     if mode == "disk":
-        assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["weights-v000001", "weights-v000002"]
+        assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["weights-v000001", "weights-v000002"]  # the newest two

@@ -182,18 +182,18 @@ class SGLangEngine:
         """``meta_info.weight_version`` as an int (see the module docstring).
 
         Raises:
-            WeightVersionMissing: absent or not an integer.
+            WeightVersionMissing: absent, not an integer, or negative.
         """
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         if isinstance(value, str):
-            if value.strip().lstrip("-").isdigit():
+            if value.strip().isdigit():  # a version is >= 0: "-1" would make every turn look stale
                 return int(value)
             if value == "default":
                 return self._launch_version
         raise WeightVersionMissing(
             f"SGLang server {self.http.base_url}: the /generate answer for {request_id!r} has meta_info.weight_version "
-            f"= {value!r}, not an integer, so the weight version that sampled it is unknown; FireFlash tags every "
+            f"= {value!r}, not an integer >= 0, so the weight version that sampled it is unknown; FireFlash tags every "
             "update with an integer version: use an SGLang that reports weight_version (or FireFlash's server)"
         )
 

@@ -16,7 +16,7 @@ E_q[w∇log π] − E_q[w]·E_q[∇log π] ≠ 0 (it over-corrects, away from th
 
 q̃ is the sampler's top-k distribution: renormalised over S_t when ``score_centering_renormalize``
 (softmax of the top-k log q), else the raw probabilities exp(log q) (whose mass Q_t < 1 is short of the
-tail). With K < V the expectation is not exactly 0: per token, raw q̃ leaves A·Σ_{s∉S_t} q(s)w(s)∇log π(s)
+tail). With K < V the expected update −E_q[∇ℓ_t] is not exactly 0: raw q̃ leaves A·Σ_{s∉S_t} q(s)w(s)∇log π(s)
 (the tail's weighted score); renormalised q̃ leaves that minus ((1 − Q_t)/Q_t)·Σ_{s∈S_t} q(s)w(s)∇log π(s).
 Both are O(1 − Q_t), the sampler's probability mass outside its top-k. No KL term, no entropy bonus.
 Because the divisor N and the per-attempt denominators are whole-batch quantities, the losses of

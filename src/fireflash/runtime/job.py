@@ -176,7 +176,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
         engine = await connect_local_trainer(
             engine, trainer, cfg.engine.weight_sync, run_dir / "weights", cfg.engine.weight_sync_timeout_sec
         )
-    if trainer.weight_version:
+    elif trainer.weight_version:  # an in-process engine loaded start_dir; a resumed trainer is ahead of it
         await engine.update_weights(trainer.state_dict(), trainer.weight_version)
     backend = make_backend(cfg.sandbox)
     graders: dict[str, Any] = {}

@@ -84,6 +84,12 @@ class LoopHooks(Protocol):
         ...
 
 
+
+class TrainingStalled(RuntimeError):
+    """The trainer refused more batches in a row (every token stale, or none sampled) than stale ones can be
+    queued: no fresh turn is reaching it, so the run would only spin."""
+
+
 @dataclass
 class RolloutStats:
     """Counters since the last training step (reset by ``take``)."""
@@ -182,7 +188,10 @@ class RLLoop:
     mode). The run stops after ``steps`` steps or once ``max_wall_sec`` has passed, checked before every batch
     is taken (with groups queued, taking one returns at once), checkpointing the steps since the last
     checkpoint. A batch the trainer refuses (``NoSampledTokens``, e.g. every token stale) is a skipped step:
-    no weights published, no row; ``trainer/skipped_steps`` in the next row counts it.
+    no weights published, no row, and its groups are dropped (they would stay stale); ``trainer/skipped_steps``
+    in the next row counts it. More refused batches in a row than the queue can hold stale ones (every queued
+    group plus one step of slack) means no fresh turn is coming, e.g. an engine reporting wrong weight
+    versions: the run stops with ``TrainingStalled`` after logging the count, never spins until the wall limit.
 
     Call ``load_cursor`` before ``run``. Other args: as ``LocalRuntime``.
     """
@@ -223,6 +232,8 @@ class RLLoop:
         self.entropy_history: list[float] = []  # mean entropy of every step of the run, resumed ones included
         self.history: list[dict[str, float]] = []
         self.skipped_steps = 0  # batches refused by the trainer since the last row
+        # a refusal drops its groups and opens room for fresh ones: past this many in a row none is coming
+        self.max_skipped_in_a_row = -(-self.queue.max_queued // groups_per_step) + 1
         self.stopped_at_wall_limit = False
         self._generate = asyncio.Event()  # sync mode: set while the engines may sample
         self._saved_step: int | None = None  # the step of the last checkpoint this run wrote or resumed from
@@ -312,6 +323,8 @@ class RLLoop:
             batch = None if past else await self._next_batch(deadline)
             if batch is None:
                 self.stopped_at_wall_limit = True
+                if self.skipped_steps:  # no row follows to count them
+                    log.warning("%d refused batches after step %d are in no metrics row", self.skipped_steps, hooks.step)
                 if hooks.step != self._saved_step:  # steps since the last checkpoint would be lost
                     await self._checkpoint()
                 return
@@ -321,7 +334,15 @@ class RLLoop:
             except NoSampledTokens as e:  # refused before any state changed: nothing to publish or save
                 self.skipped_steps += 1
                 # the last line: a trainer actor's error arrives wrapped in its remote traceback
-                log.warning("skipped a step after step %d: %s", hooks.step, str(e).strip().splitlines()[-1])
+                reason = str(e).strip().splitlines()[-1]
+                log.warning("skipped a step after step %d: %s", hooks.step, reason)
+                if self.skipped_steps >= self.max_skipped_in_a_row:
+                    raise TrainingStalled(
+                        f"the trainer refused {self.skipped_steps} batches in a row after step {hooks.step} "
+                        f"(weight version {hooks.weight_version}), more than the queue holds: no fresh turn is "
+                        f"coming. Last refusal: {reason}. Check that the engines report the weight version they "
+                        f"sampled with and receive every update (engine.*), or raise rl.max_staleness"
+                    ) from e
                 continue
             await hooks.publish_weights()
             trainer_busy += metrics["step_sec"]

@@ -368,6 +368,8 @@ class RayRuntime:
                 if all(s.state == "dead" for s in self.servers):
                     raise EnginesLost(self._lost_message())
                 return  # they are restarting; each one syncs itself when it is back
+            if all(s.state == "up" and s.synced_version == self.trainer.weight_version for s in members):
+                return  # a recovery between the step and its publish already sent these weights to every member
             urls = [s.url for s in members]
             try:
                 await self.server_sync.join(self.trainers, urls)
@@ -377,6 +379,7 @@ class RayRuntime:
                 self.server_sync.reset()
                 continue
             for s in members:
+                s.synced_version = self.trainer.weight_version
                 if s.state == "joining":
                     await self._set_state(s, "up")
             return

@@ -259,6 +259,7 @@ class EngineServer:
     state: ServerState = "starting"
     inflight: int = 0
     restarts: int = 0
+    synced_version: int = -1  # the trainer's weight version this server last took (-1: none yet)
 
 
 class ServerWeightSync:
@@ -394,7 +395,11 @@ class DiskSyncedEngine:
 async def connect_local_trainer(
     engine: Any, trainer: Any, mode: Literal["collective", "disk"], weights_dir: Path, timeout_sec: float
 ) -> Any:
-    """Make an SGLang server take the in-process trainer's weights after every step (the local backend).
+    """Make an SGLang server take the in-process trainer's weights now and after every step (the local backend).
+
+    The server gets the trainer's current weights (tagged with its version) before it samples anything: what
+    it serves at start is not known here (launched from another directory, or left from an earlier run whose
+    versions it still reports), and a result tagged with another run's version is wrong or out of range.
 
     'collective': this process creates a two-member weight-update group (trainer rank 0, the server rank 1;
     gloo, so it also works when both share one GPU) and ``engine.update_weights(state, v)`` broadcasts through
@@ -410,7 +415,9 @@ async def connect_local_trainer(
     """
     engine.weight_sync_timeout_sec = timeout_sec
     if mode == "disk":
-        return DiskSyncedEngine(engine, trainer.model, trainer.tokenizer, weights_dir)
+        synced = DiskSyncedEngine(engine, trainer.model, trainer.tokenizer, weights_dir)
+        await synced.update_weights(trainer.state_dict(), trainer.weight_version)
+        return synced
     if not hasattr(engine, "init_weight_sync") or not hasattr(engine, "broadcast"):
         raise ValueError(f"engine {type(engine).__name__} cannot join a weight-update group; use engine.weight_sync = 'disk'")
     from urllib.parse import urlsplit
@@ -433,4 +440,5 @@ async def connect_local_trainer(
 
     _, group = await asyncio.gather(engine.init_weight_sync(address, port, world_size=2, backend="gloo"), create())
     engine.broadcast = tensor_broadcaster(group, "cpu")
+    await engine.update_weights(trainer.state_dict(), trainer.weight_version)
     return engine

@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from fireflash.protocols import SCHEMA_VERSION, SandboxBackend, Task
 from fireflash.tasks.checks import GATES
@@ -61,6 +61,7 @@ class GateResult(BaseModel):
     detail: str = ""
     duration_sec: float = 0.0
 
+    @computed_field  # kept in the JSON next to ``status``, as reports before "skipped" existed had it
     @property
     def passed(self) -> bool:
         """True only if the gate checked something and it held; a skipped gate did not pass."""

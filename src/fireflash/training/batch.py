@@ -67,10 +67,11 @@ def count_fresh_tokens(groups: Sequence[Group], trainer_version: int, max_stalen
     for g in groups:
         for traj in g.trajectories:
             for seg in traj.segments:
-                for t, (m, v) in enumerate(zip(seg.loss_mask, seg.weight_version)):
-                    if m and t > 0:
-                        sampled += 1
-                        fresh += trainer_version - v <= max_staleness
+                # tensors, not a Python loop per token: a cluster step holds ~10M tokens
+                mask = torch.as_tensor(seg.loss_mask[1:], dtype=torch.bool)
+                versions = torch.as_tensor(seg.weight_version[1:], dtype=torch.int64)[mask]
+                sampled += int(versions.numel())
+                fresh += int((trainer_version - versions <= max_staleness).sum())
     return sampled, fresh
 
 
