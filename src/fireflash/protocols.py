@@ -236,6 +236,11 @@ class ExecResult(Record):
     duration_sec: float
     timed_out: bool = False
     job_id: str | None = Field(None, description="Set when the command runs (or was moved) in the background.")
+    output_kept: bool = Field(
+        True,
+        description="False when the output file was deleted at once because it alone exceeds the sandbox's output "
+        "budget: ``output_path`` then names no file and only ``preview`` remains.",
+    )
 
 
 class Job(Record):

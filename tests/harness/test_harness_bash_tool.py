@@ -157,3 +157,19 @@ def test_preview_keeps_head_and_tail():
     out = preview(text, 6000, "/tmp/o.log", 1000)
     assert out.startswith("H" * 500 + "\n[") and out.endswith("]\n" + "T" * 500) and "/tmp/o.log" in out
     assert preview("short", 5, "/x", 1000) == "short"
+
+
+def test_output_not_kept_is_not_named_as_full_output():
+    # the sandbox deletes an output larger than its whole output budget at once: the result named it anyway
+    from fireflash.harness.bash import format_result
+    from fireflash.protocols import ExecResult
+
+    marker = "\n[... 9000000 bytes omitted; full output (9010000 bytes) was not kept (too big) ...]\n"
+    kept = dict(exit_code=0, output_path="/tmp/.fireflash/3.log", output_size_bytes=9_010_000,
+                preview="a" * 5000 + marker + "z" * 5000, preview_truncated=True, duration_sec=1.0)
+    named = format_result(ExecResult(**kept), 1000, 10)
+    gone = format_result(ExecResult(**kept, output_kept=False), 1000, 10)
+    assert "Full output: /tmp/.fireflash/3.log" in named and named.startswith("exit code 0 · 9,010,000 bytes of output in /tmp")
+    assert "/tmp/.fireflash/3.log" not in gone
+    assert gone.startswith("exit code 0 · 9,010,000 bytes of output (not kept: larger than the sandbox's output budget")
+    assert "Full output not kept" in gone

@@ -75,7 +75,8 @@ class ShellSession:
         kill_grace_sec: wait for the shell after killing a timed-out command's tree, seconds.
         output_budget_bytes: when the output files of finished commands exceed this, the oldest are
             deleted, so a huge output cannot starve later commands (an output larger than the
-            budget is deleted once its preview is returned).
+            budget is deleted once its preview is returned: its ``ExecResult.output_kept`` is then False and
+            the preview says the output was not kept instead of naming the file).
         host_prefix: prepended to output paths the *shell* writes to (the unsafe-local backend, whose
             shell sees the host's paths while files are addressed relative to the sandbox directory).
         reclaim: kills every process of the sandbox (its pid 1 excepted) when ``spawn`` raised
@@ -278,9 +279,11 @@ class ShellSession:
     ) -> ExecResult:
         root = self._root_fd()
         size, head, tail = head_tail(root, output_path, self._preview_bytes)
+        kept = True
         if job_id is None and self._budget is not None:
-            self._collect_outputs(root, output_path, size)
-        preview, truncated = decode_preview(head, tail, size, output_path)
+            kept = self._collect_outputs(root, output_path, size)
+        not_kept = "" if kept else f"it alone exceeds the sandbox's output budget of {self._budget:,} bytes"
+        preview, truncated = decode_preview(head, tail, size, output_path, not_kept)
         if note:
             preview = f"{preview}\n{note}" if preview else note
         return ExecResult(
@@ -292,15 +295,25 @@ class ShellSession:
             duration_sec=time.monotonic() - started,
             timed_out=timed_out,
             job_id=job_id,
+            output_kept=kept,
         )
 
-    def _collect_outputs(self, root: int, output_path: str, size: int) -> None:
+    def _collect_outputs(self, root: int, output_path: str, size: int) -> bool:
+        """Record a finished command's output and delete the oldest outputs over budget.
+
+        Returns:
+            False when ``output_path`` itself was deleted (its result must then not name it as kept).
+        """
+        assert self._budget is not None
         self._outputs.append((output_path, size))
         total = sum(s for _, s in self._outputs)
         while self._outputs and total > self._budget:
             path, old = self._outputs.pop(0)
             remove_output(root, path)
             total -= old
+            if path == output_path:
+                return False
+        return True
 
     async def jobs(self) -> list[Job]:
         """Every background job, running or finished, with its current output size (poll for new output)."""

@@ -210,13 +210,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def decode_preview(head: bytes, tail: bytes, size_bytes: int, output_path: str) -> tuple[str, bool]:
+def decode_preview(
+    head: bytes, tail: bytes, size_bytes: int, output_path: str, not_kept: str = ""
+) -> tuple[str, bool]:
     """Head + tail of a command's output as text (invalid UTF-8 → U+FFFD; binary never raises).
 
     Args:
         head: the first bytes of the file; tail: its last bytes (empty when ``head`` is the whole file).
         size_bytes: the file's size, bytes.
         output_path: the file's path inside the sandbox, named in the truncation marker.
+        not_kept: why the file was deleted ('' when it is kept); the marker then says so instead of naming it.
 
     Returns:
         (preview text, whether it was truncated).
@@ -225,5 +228,6 @@ def decode_preview(head: bytes, tail: bytes, size_bytes: int, output_path: str) 
     if not tail:
         return text_head, False
     omitted = size_bytes - len(head) - len(tail)
-    marker = f"\n[... {omitted} bytes omitted; full output ({size_bytes} bytes) in {output_path} ...]\n"
+    where = f"was not kept ({not_kept})" if not_kept else f"in {output_path}"
+    marker = f"\n[... {omitted} bytes omitted; full output ({size_bytes} bytes) {where} ...]\n"
     return text_head + marker + tail.decode("utf-8", "replace").replace("\0", "\ufffd"), True
