@@ -6,6 +6,7 @@ an ``Error: ...`` result string for the model; only sandbox infrastructure failu
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import shlex
 
@@ -176,7 +177,7 @@ class FileTools:
                 f"Error: old_string matches {count} times in {path} (lines {', '.join(map(str, starts))}); add "
                 f"surrounding lines to make it unique, or set replace_all to true"
             )
-        overlapping = any(b < a + len(old_string) for a, b in zip(at, at[1:]))
+        overlapping = any(b < a + len(old_string) for a, b in itertools.pairwise(at))
         if overlapping:
             # replacing left to right would rewrite only some of the matches, and which ones depends on
             # the order: refuse rather than guess (the model can give a longer, unique old_string)

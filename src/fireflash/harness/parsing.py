@@ -34,7 +34,7 @@ _MARKERS = ("<tool_call", "</tool_call", "<function=", "<parameter=")
 _PARAMETER_START = "<parameter="
 # a JSON string (escapes included) or a tool-call tag: scanning with it skips tags inside strings; an
 # unterminated string does not match, so its text is scanned as markup (the naive boundary)
-_JSON_SCAN = re.compile(r'"(?:[^"\\]|\\.)*"|</?tool_call>', re.S)
+_JSON_SCAN = re.compile(r'"(?:[^"\\]|\\.)*"|</?tool_call>', re.DOTALL)
 _SPACE = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
 
