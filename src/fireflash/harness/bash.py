@@ -108,7 +108,7 @@ class BashTool:
         return format_result(result, self.preview_chars, timeout_sec)
 
     async def kill(self, job_ids: list[str]) -> str:
-        """Stop background jobs (and their process trees) by id."""
+        """Stop background jobs by id: their process trees and the processes that left them (the sandbox's report)."""
         lines = []
         known = {j.job_id: j for j in await self.sandbox.jobs()}
         for job_id in job_ids:
@@ -117,7 +117,11 @@ class BashTool:
                 continue
             await self.sandbox.kill_job(job_id)
             self.running.pop(job_id, None)
-            lines.append(f"Stopped job {job_id} and its child processes (output kept in {known[job_id].output_path}).")
+            after = {j.job_id: j for j in await self.sandbox.jobs()}.get(job_id)
+            # the sandbox's own account, so the message never claims more than was killed
+            report = after.kill_report if after is not None and after.kill_report else (
+                "sent a kill to its process tree (the sandbox did not report what it killed)")
+            lines.append(f"Stopped job {job_id}: {report} (output kept in {known[job_id].output_path}).")
         return "\n".join(lines)
 
     async def finished_notices(self) -> list[str]:

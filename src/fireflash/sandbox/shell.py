@@ -2,10 +2,13 @@
 
 The host writes one line per command to the shell's stdin::
 
-    __ff_run '<command>' '/tmp/.fireflash/out/7.log'; __ff_done $?
+    __ff_run '<command>' '/tmp/.fireflash/out/7.log' '<marker>'; __ff_done $?
 
 ``__ff_run`` evals the command *in the shell itself* (so ``cd``, ``export`` and plain variables persist, as
-in Claude Code's Bash) with stdin from /dev/null and stdout+stderr into the output file; ``__ff_done``
+in Claude Code's Bash) with stdin from /dev/null and stdout+stderr into the output file; every process the
+command starts inherits ``MARKER_VAR=<marker>`` in its environment (a local of ``__ff_run``, so it never
+enters the shell's saved exports), which finds the command's processes that left its process tree
+(``setsid``, ``nohup``, a double fork) when its job is killed; ``__ff_done``
 writes a record to fd 3, a pipe only the host reads. Records are four NUL-terminated fields:
 
     H <shell pid in the sandbox> '' ''       once, when the shell starts
@@ -26,12 +29,16 @@ from dataclasses import dataclass, field
 OUTPUT_DIR = "/tmp/.fireflash"
 """Directory, inside every sandbox, holding one output file per command."""
 
+MARKER_VAR = "__FF_CMD"
+"""Environment variable naming the command (``<session token>.<n>``) that started a process (see PRELUDE)."""
+
 # The shell's own definitions. fd 3 is closed around the command so no child (or daemon) holds the
 # record pipe: end-of-file on it then means the shell and its wrapper are gone. SIGUSR1 aborts the
 # running command (the host sends it on timeout, after killing the command's processes): bash runs
 # the trap once the foreground child is dead and `return` leaves __ff_run; between commands it is ignored.
 PRELUDE = r"""
 __ff_run() {
+  local -x __FF_CMD="$3"
   trap 'trap "" USR1; return 124' USR1
   [ -d "${2%/*}" ] || mkdir -p -- "${2%/*}" 2>/dev/null
   eval "$1" </dev/null >"$2" 2>&1 3>&-
@@ -75,9 +82,13 @@ class ShellState:
     exports: str = ""
 
 
-def run_line(command: str, output_path: str) -> bytes:
-    """The stdin line that runs ``command`` with output to ``output_path`` (both inside the sandbox)."""
-    return f"__ff_run {shlex.quote(command)} {shlex.quote(output_path)}; __ff_done $?\n".encode()
+def run_line(command: str, output_path: str, marker: str = "") -> bytes:
+    """The stdin line that runs ``command`` with output to ``output_path`` (both inside the sandbox).
+
+    ``marker`` becomes ``MARKER_VAR`` in the environment of every process the command starts.
+    """
+    quoted = " ".join(shlex.quote(x) for x in (command, output_path, marker))
+    return f"__ff_run {quoted}; __ff_done $?\n".encode()
 
 
 def restore_lines(state: ShellState) -> bytes:
