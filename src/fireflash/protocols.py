@@ -236,6 +236,11 @@ class ExecResult(Record):
     duration_sec: float
     timed_out: bool = False
     job_id: str | None = Field(None, description="Set when the command runs (or was moved) in the background.")
+    output_kept: bool = Field(
+        True,
+        description="False when the output file was deleted at once because it alone exceeds the sandbox's output "
+        "budget: ``output_path`` then names no file and only ``preview`` remains.",
+    )
 
 
 class Job(Record):
@@ -247,6 +252,9 @@ class Job(Record):
     running: bool
     exit_code: int | None = None
     output_size_bytes: int = 0
+    kill_report: str | None = Field(
+        None, description="Set by kill_job: what it killed, and any process of the job it could not kill."
+    )
 
 
 @runtime_checkable
@@ -278,7 +286,10 @@ class Sandbox(Protocol):
     async def jobs(self) -> list[Job]: ...
 
     async def kill_job(self, job_id: str) -> None:
-        """Kill a background job and its whole process tree."""
+        """Kill a background job, its whole process tree and the processes that left it (setsid, double fork).
+
+        What was killed (and anything that could not be) is the job's ``Job.kill_report`` in ``jobs()``.
+        """
         ...
 
     async def diff(self) -> list[str]:

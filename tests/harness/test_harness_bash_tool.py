@@ -157,3 +157,52 @@ def test_preview_keeps_head_and_tail():
     out = preview(text, 6000, "/tmp/o.log", 1000)
     assert out.startswith("H" * 500 + "\n[") and out.endswith("]\n" + "T" * 500) and "/tmp/o.log" in out
     assert preview("short", 5, "/x", 1000) == "short"
+
+
+def test_output_not_kept_is_not_named_as_full_output():
+    # the sandbox deletes an output larger than its whole output budget at once: the result named it anyway
+    from fireflash.harness.bash import format_result
+    from fireflash.protocols import ExecResult
+
+    marker = "\n[... 9000000 bytes omitted; full output (9010000 bytes) was not kept (too big) ...]\n"
+    kept = {"exit_code": 0, "output_path": "/tmp/.fireflash/3.log", "output_size_bytes": 9_010_000,
+            "preview": "a" * 5000 + marker + "z" * 5000, "preview_truncated": True, "duration_sec": 1.0}
+    named = format_result(ExecResult(**kept), 1000, 10)
+    gone = format_result(ExecResult(**kept, output_kept=False), 1000, 10)
+    assert "Full output: /tmp/.fireflash/3.log" in named and named.startswith("exit code 0 · 9,010,000 bytes of output in /tmp")
+    assert "/tmp/.fireflash/3.log" not in gone
+    assert gone.startswith("exit code 0 · 9,010,000 bytes of output (not kept: larger than the sandbox's output budget")
+    assert "Full output not kept" in gone
+
+
+def test_kill_job_kills_a_double_forked_server_and_says_what_it_killed(in_sandbox):
+    # a server double-forked (and setsid'd) inside a job left the job's tree and survived kill_job,
+    # whose message still said it had stopped the job's children
+    port = free_port()
+    serve = f"sleep 314159 & ( setsid python3 -m http.server {port} >/dev/null 2>&1 & ); wait"
+
+    async def scenario(sb):
+        b = bash(sb)
+        started = await b.run(serve, run_in_background=True)
+        for _ in range(50):
+            if (await b.run(PORT_OPEN.format(p=port))).rstrip().endswith("open"):
+                break
+            await asyncio.sleep(0.1)
+        opened = await b.run(PORT_OPEN.format(p=port))
+        killed = await b.run(f"kill_job {job_id(started)}")
+        await asyncio.sleep(0.2)
+        closed = await b.run(PORT_OPEN.format(p=port))
+        again = await b.run(f"kill_job {job_id(started)}")
+        done = await b.run("( setsid sleep 314159 & ); echo detached", run_in_background=True)
+        await asyncio.sleep(0.5)  # the job's shell ends at once; its daemon stays
+        left = await b.run(f"kill_job {job_id(done)}")
+        return opened, killed, closed, again, left, await b.run(COUNT_SLEEPERS)
+
+    opened, killed, closed, again, left, sleepers = in_sandbox(scenario)
+    assert opened.rstrip().endswith("open") and closed.rstrip().endswith("closed"), (killed, closed)
+    assert re.search(r"killed its shell and \d+ process(es)? in its process tree, and 1 process that had left the tree",
+                     killed), killed
+    assert "could not be killed" not in killed
+    assert "the job was already stopped and left no process running" in again
+    assert "the job had already finished; killed 1 process it left running" in left, left
+    assert sleepers.splitlines()[-1] == "0"

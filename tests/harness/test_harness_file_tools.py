@@ -118,3 +118,26 @@ def test_model_input_the_sandbox_refuses_is_a_tool_error(in_sandbox):
     nul, directory, under_file = in_sandbox(scenario)
     assert nul.startswith("Error: ") and "NUL" in nul
     assert directory.startswith("Error: /app is a directory") and under_file.startswith("Error: cannot write")
+
+
+def test_edit_counts_overlapping_matches(in_sandbox):
+    # "}\n}\n" matches at lines 1 and 2 of "}\n}\n}\n": str.count saw one match and edited line 1 silently
+    async def scenario(sb):
+        await sb.write_file("/app/b.js", b"}\n}\n}\n")
+        await sb.write_file("/app/aa.txt", b"xaaay\n")
+        t = tools(sb)
+        await t.read("b.js")
+        await t.read("aa.txt")
+        once = await t.edit("b.js", "}\n}\n", "}\n")
+        every = await t.edit("b.js", "}\n}\n", "}\n", replace_all=True)
+        apart = await t.edit("aa.txt", "aa", "b", replace_all=True)
+        return once, every, apart, await sb.read_file("/app/b.js"), await sb.read_file("/app/aa.txt")
+
+    once, every, apart, b_js, aa = in_sandbox(scenario)
+    assert once == (
+        "Error: old_string matches 2 times in /app/b.js (lines 1, 2); add surrounding lines to make it unique, "
+        "or set replace_all to true"
+    )
+    assert every.startswith("Error: old_string matches 2 times in /app/b.js (lines 1, 2) and the matches overlap")
+    assert apart.startswith("Error: old_string matches 2 times in /app/aa.txt (lines 1, 1) and the matches overlap")
+    assert (b_js, aa) == (b"}\n}\n}\n", b"xaaay\n")  # nothing was written

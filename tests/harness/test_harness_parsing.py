@@ -183,3 +183,45 @@ def test_deeply_nested_json_is_format_error():
     text = "<tool_call>" + "[" * 100_000 + "</tool_call>"
     out = parse_tool_calls(text)
     assert out and all(isinstance(x, FormatError) for x in out)
+
+
+def test_closing_tag_inside_a_json_string_is_data():
+    # the block used to end at the </tool_call> inside the content string: a malformed-JSON error
+    content = "print('<tool_call>x</tool_call>')\n"
+    call = {"name": "Write", "arguments": {"file_path": "/app/p.py", "content": content}}
+    text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+    assert parse_tool_calls(text) == [ParsedCall("Write", {"file_path": "/app/p.py", "content": content})]
+    second = '<tool_call>{"name": "Bash", "arguments": {"command": "ls"}}</tool_call>'
+    assert calls(text + " and " + second) == [ParsedCall("Write", call["arguments"]), ParsedCall("Bash", {"command": "ls"})]
+    # cut short after the string: still one call, closed
+    assert calls(f"<tool_call>{json.dumps(call)[:-2]}") == [ParsedCall("Write", call["arguments"])]
+
+
+def test_function_tag_inside_a_json_string_does_not_switch_to_xml():
+    # used to parse as XML: "unknown tool 'main'"
+    call = {"name": "Write", "arguments": {"file_path": "/app/q.txt", "content": "see <function=main> here"}}
+    for text in (f"<tool_call>{json.dumps(call)}</tool_call>", json.dumps(call), f"Writing:\n{json.dumps(call)}"):
+        assert parse_tool_calls(text) == [ParsedCall("Write", call["arguments"])], text
+    bare_tag = {"name": "Bash", "arguments": {"command": "echo '<tool_call>'"}}
+    assert parse_tool_calls(json.dumps(bare_tag)) == [ParsedCall("Bash", bare_tag["arguments"])]
+
+
+def test_malformed_json_block_does_not_swallow_the_next_block():
+    text = (
+        '<tool_call>{"name": "Bash", "arguments": {"command": "echo "hi"}}</tool_call> "then" '
+        '<tool_call>{"name": "Bash", "arguments": {"command": "ls"}}</tool_call>'
+    )
+    out = parse_tool_calls(text)
+    assert isinstance(out[0], FormatError) and "malformed JSON" in str(out[0])
+    assert out[1:] == [ParsedCall("Bash", {"command": "ls"})]
+
+
+def test_malformed_optional_parameter_is_format_error():
+    # '<parameter=timeout' without its '>' was dropped and the command ran with the default timeout
+    for bad in ("<parameter=timeout\n30\n</parameter>\n", "<parameter=timeout 30</parameter\n"):
+        text = f"<tool_call>\n<function=Bash>\n<parameter=command>\nmake\n</parameter>\n{bad}</function>\n</tool_call>"
+        [err] = parse_tool_calls(text)
+        assert isinstance(err, FormatError) and "Bash: malformed parameter tag '<parameter=timeout" in str(err), bad
+    # the text of a value is the value's own
+    text = "<function=Write>\n<parameter=file_path>\n/a.md\n</parameter>\n<parameter=content>\nuse <parameter=NAME\n</parameter>\n</function>"
+    assert parse_tool_calls(text) == [ParsedCall("Write", {"file_path": "/a.md", "content": "use <parameter=NAME"})]

@@ -486,3 +486,22 @@ def test_shell_restart_after_the_cwd_was_deleted(run, sandbox):
     assert r.exit_code == 3
     r = run(sandbox.exec("echo back; pwd"))  # the new shell cannot cd back: it starts in /
     assert (r.exit_code, r.preview.split()) == (0, ["back", "/"])
+
+
+def test_kill_job_kills_processes_that_left_the_job_tree(run, sandbox):
+    # setsid + double fork: the daemons are no descendants of the job's shell, so kill_tree missed them
+    r = run(sandbox.exec(
+        "( setsid sleep 271828 & ); nohup sleep 271829 >/dev/null 2>&1 & disown; sleep 271830", background=True))
+    for _ in range(100):
+        if run(sandbox.exec("pgrep -c -f 'sleep 27182[89]|sleep 271830'")).preview.strip() == "3":
+            break
+        run(_sleep(0.05))
+    run(sandbox.kill_job(r.job_id))
+    assert run(sandbox.exec("pgrep -c -f 'sleep 27182[89]|sleep 271830'")).preview.strip() == "0"
+    (job,) = [j for j in run(sandbox.jobs()) if j.job_id == r.job_id]
+    assert not job.running and job.kill_report is not None
+    assert "and 1 process that had left the tree" in job.kill_report, job.kill_report
+    assert "could not be killed" not in job.kill_report
+    # the marker is the command's own (a local of __ff_run): it never enters the exports a new shell restores
+    assert run(sandbox.exec("env | grep -c ^__FF_CMD=")).preview.strip() == "1"
+    assert "__FF_CMD" not in sandbox._session.state.exports

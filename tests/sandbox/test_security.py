@@ -348,3 +348,14 @@ def test_huge_outputs_do_not_starve_later_commands(run, sandbox):
         assert r.exit_code == 0 and r.output_size_bytes == 3_000_000
     r = sh(run, sandbox, "echo small; ls /tmp/.fireflash | wc -l")
     assert r.preview.startswith("small\n") and int(r.preview.split()[1]) <= 3
+
+
+def test_output_deleted_for_size_is_not_named(run, sandbox):
+    # 5 MB alone exceeds the 4 MiB output budget (half of output_size_mb): the file is deleted at once
+    r = sh(run, sandbox, "head -c 5000000 /dev/zero | tr '\\0' a", timeout_sec=20)
+    assert r.exit_code == 0 and r.output_size_bytes == 5_000_000 and not r.output_kept
+    assert r.output_path not in r.preview and "was not kept (it alone exceeds the sandbox's output budget" in r.preview
+    with pytest.raises(FileNotFoundError):
+        run(sandbox.read_file(r.output_path))
+    small = sh(run, sandbox, "echo small")
+    assert small.output_kept and run(sandbox.read_file(small.output_path)) == b"small\n"

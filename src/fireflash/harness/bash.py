@@ -17,24 +17,29 @@ from fireflash.protocols import ExecResult, Job, Sandbox
 _KILL = re.compile(rf"^\s*{KILL_JOB_COMMAND}\s+(.+?)\s*$")
 
 
-def preview(text: str, size_bytes: int, path: str, budget_chars: int) -> str:
+NOT_KEPT = "not kept: larger than the sandbox's output budget; rerun with less output, e.g. redirect it to a file"
+
+
+def preview(text: str, size_bytes: int, path: str, budget_chars: int, kept: bool = True) -> str:
     """Head + tail of command output within ``budget_chars``, with the total size and the log file path.
 
     ``text`` is the sandbox's own preview (head + tail of the output); cutting its first and last halves
-    keeps them a head and a tail of the full output, so no second read of the file is needed.
+    keeps them a head and a tail of the full output, so no second read of the file is needed. When the
+    file was not ``kept`` (deleted for size) the marker says so and names no file.
     """
     if len(text) <= budget_chars:
         return text  # already within budget (a cut preview keeps the sandbox's own marker)
     half = budget_chars // 2
+    full = f"Full output: {path} (grep it or Read it with offset/limit)" if kept else f"Full output {NOT_KEPT}"
     return (
         f"{text[:half]}\n[... output cut: {size_bytes:,} bytes in total; showing the first and last {half:,} "
-        f"characters. Full output: {path} (grep it or Read it with offset/limit) ...]\n{text[-half:]}"
+        f"characters. {full} ...]\n{text[-half:]}"
     )
 
 
 def format_result(result: ExecResult, budget_chars: int, timeout_sec: float) -> str:
     """The tool-result text the model sees for one ``ExecResult``."""
-    body = preview(result.preview, result.output_size_bytes, result.output_path, budget_chars)
+    body = preview(result.preview, result.output_size_bytes, result.output_path, budget_chars, result.output_kept)
     if result.job_id is not None and result.timed_out:
         head = (
             f"Command still running after {timeout_sec:g} s: moved to the background as job {result.job_id} "
@@ -48,7 +53,8 @@ def format_result(result: ExecResult, budget_chars: int, timeout_sec: float) -> 
         )
     else:
         # no duration: identical commands must render identical tokens in training, probing and evaluation
-        head = f"exit code {result.exit_code} · {result.output_size_bytes:,} bytes of output in {result.output_path}"
+        where = f"in {result.output_path}" if result.output_kept else f"({NOT_KEPT})"
+        head = f"exit code {result.exit_code} · {result.output_size_bytes:,} bytes of output {where}"
     if not body:
         return head + ("\n(no output)" if result.job_id is None else "")
     return f"{head}\n{body}"
@@ -102,7 +108,7 @@ class BashTool:
         return format_result(result, self.preview_chars, timeout_sec)
 
     async def kill(self, job_ids: list[str]) -> str:
-        """Stop background jobs (and their process trees) by id."""
+        """Stop background jobs by id: their process trees and the processes that left them (the sandbox's report)."""
         lines = []
         known = {j.job_id: j for j in await self.sandbox.jobs()}
         for job_id in job_ids:
@@ -111,7 +117,11 @@ class BashTool:
                 continue
             await self.sandbox.kill_job(job_id)
             self.running.pop(job_id, None)
-            lines.append(f"Stopped job {job_id} and its child processes (output kept in {known[job_id].output_path}).")
+            after = {j.job_id: j for j in await self.sandbox.jobs()}.get(job_id)
+            # the sandbox's own account, so the message never claims more than was killed
+            report = after.kill_report if after is not None and after.kill_report else (
+                "sent a kill to its process tree (the sandbox did not report what it killed)")
+            lines.append(f"Stopped job {job_id}: {report} (output kept in {known[job_id].output_path}).")
         return "\n".join(lines)
 
     async def finished_notices(self) -> list[str]:

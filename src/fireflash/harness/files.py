@@ -6,6 +6,7 @@ an ``Error: ...`` result string for the model; only sandbox infrastructure failu
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import shlex
 
@@ -28,6 +29,19 @@ def _whole_lines(value: float | None, default: int, most: int) -> int:
 
 def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
+
+
+def _match_starts(text: str, needle: str) -> list[int]:
+    """Every index where ``needle`` starts in ``text``, overlapping matches included.
+
+    ``str.count`` counts non-overlapping matches: ``"}\n}\n"`` in ``"}\n}\n}\n"`` would count once and
+    an edit meant for line 2 would silently land on line 1.
+    """
+    found, at = [], text.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = text.find(needle, at + 1)
+    return found
 
 
 class FileTools:
@@ -124,6 +138,11 @@ class FileTools:
     async def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
         """Replace ``old_string`` by ``new_string``; it must match exactly once unless ``replace_all``.
 
+        Matches are counted overlapping ones included (``"}\n}\n"`` matches twice in ``"}\n}\n}\n"``), so an
+        ambiguous edit is refused rather than applied to the first match. ``replace_all`` replaces every match
+        when no two overlap; when matches overlap it is refused too (an error result), since replacing left to
+        right would leave some of them unreplaced.
+
         Files whose line endings are all CRLF are matched with LF strings and keep CRLF (``\\n`` in either
         string stands for the file's line ending); a file with mixed endings is matched exactly, and every byte
         outside the replaced text stays as it was. ``new_string`` is otherwise inserted verbatim.
@@ -146,19 +165,26 @@ class FileTools:
         crlf = "\r\n" in text and text.count("\n") == text.count("\r\n")
         if crlf:
             text, old_string, new_string = (s.replace("\r\n", "\n") for s in (text, old_string, new_string))
-        count = text.count(old_string)
+        at = _match_starts(text, old_string)
+        count = len(at)
         if count == 0:
             mixed = "; the file mixes CRLF and LF line endings: match them too" if "\r\n" in text and not crlf else ""
             return (f"Error: old_string not found in {path}; it must match exactly, including whitespace and "
                     f"indentation{mixed}")
-        starts, at = [], text.find(old_string)
-        while at >= 0:
-            starts.append(_line_of(text, at))
-            at = text.find(old_string, at + len(old_string))
+        starts = [_line_of(text, i) for i in at]
         if count > 1 and not replace_all:
             return (
                 f"Error: old_string matches {count} times in {path} (lines {', '.join(map(str, starts))}); add "
                 f"surrounding lines to make it unique, or set replace_all to true"
+            )
+        overlapping = any(b < a + len(old_string) for a, b in itertools.pairwise(at))
+        if overlapping:
+            # replacing left to right would rewrite only some of the matches, and which ones depends on
+            # the order: refuse rather than guess (the model can give a longer, unique old_string)
+            return (
+                f"Error: old_string matches {count} times in {path} (lines {', '.join(map(str, starts))}) and the "
+                f"matches overlap, so replace_all cannot replace each of them; give a longer old_string that "
+                f"matches once, or edit the places one at a time"
             )
         text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
         if crlf:

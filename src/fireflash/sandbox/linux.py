@@ -6,6 +6,7 @@
   sandbox's own ``/etc/shadow``, never the host's).
 - ``descendants`` / ``kill_tree``: a process tree from ``/proc`` (this kernel has no ``/proc/PID/children``).
 - ``kill_pidns``: every process of a pid namespace but one (a sandbox that filled its pids limit).
+- ``kill_marked``: every process whose environment holds a marker entry (a job's processes that left its tree).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ctypes
 import errno
 import os
 import signal
+import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -151,8 +153,8 @@ def kill_tree(pid: int, include_root: bool, rounds: int = 20) -> None:
     """SIGKILL every descendant of ``pid`` (and ``pid`` if ``include_root``), repeating while new ones appear.
 
     Descendants are stopped first so a fork loop cannot outrun the kill (a fork bomb is still bounded
-    by the sandbox's pids limit). Processes that double-forked away from the tree are not found here;
-    they die with the sandbox's pid namespace on ``close()``.
+    by the sandbox's pids limit). Processes that double-forked away from the tree are not found here
+    (``kill_marked`` finds them by their environment); they die with the sandbox's pid namespace on ``close()``.
     """
     for _ in range(rounds):
         victims = descendants(pid) + ([pid] if include_root else [])
@@ -202,6 +204,57 @@ def kill_pidns(pidns_link: str, keep: int, rounds: int = 20) -> None:
         if not victims:
             return
         _stop_and_kill(victims)
+
+
+def marked_processes(entry: bytes) -> list[int]:
+    """Host pids of the live processes whose initial environment holds ``entry`` (``b"NAME=value"``) exactly.
+
+    Reads ``/proc/PID/environ``: processes this process may not inspect (another user's, or non-dumpable
+    ones) are skipped, and a process that cleared or rewrote its environment is not found.
+    """
+    needle = b"\0" + entry + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue  # exited, or not ours to read
+        if needle in b"\0" + env + (b"" if env.endswith(b"\0") else b"\0") and _alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def kill_marked(entry: bytes, rounds: int = 20) -> tuple[set[int], list[int]]:
+    """SIGKILL every process whose environment holds ``entry`` (see ``marked_processes``), repeating while new ones appear.
+
+    As in ``kill_tree``, each round stops what it finds before killing it, so a fork loop cannot outrun it.
+
+    Returns:
+        (the pids signalled, the marked pids still alive afterwards, e.g. unkillable in uninterruptible sleep).
+    """
+    signalled: set[int] = set()
+    for _ in range(rounds):
+        victims = marked_processes(entry)
+        if not victims:
+            return signalled, []
+        if signalled.issuperset(victims):
+            time.sleep(0.01)  # all killed already: give the kernel a moment to finish them before the next look
+        signalled.update(victims)
+        _stop_and_kill(victims)
+    return signalled, marked_processes(entry)
+
+
+def wait_dead(pids: set[int] | list[int], timeout_sec: float = 0.5) -> list[int]:
+    """The ``pids`` still alive after up to ``timeout_sec`` seconds (a SIGKILLed process takes a moment to die)."""
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        left = sorted(p for p in pids if _alive(p))
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:

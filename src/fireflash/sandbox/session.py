@@ -9,6 +9,12 @@ command's whole tree, never just the shell); if the shell itself does not answer
 working directory and exported variables. With ``on_timeout='background'`` the busy shell becomes a
 background job and the next command gets a new shell.
 
+Killing a job (``kill_job``) kills its shell's process tree, then every process that carries the job's
+marker in its environment (``shell.MARKER_VAR``: every command gets its own, ``<random session token>.<n>``),
+so a server that left the tree by ``setsid``, ``nohup`` or a double fork dies with its job. A process that
+cleared its environment (``env -i``) is not found this way; it dies with the sandbox on ``close()``. The
+job's ``kill_report`` says what was killed and names any process that survived.
+
 Out of processes: when a new shell cannot start because the sandbox's own processes fill its pids limit
 (a fork bomb, thousands of leftover daemons), every process of the sandbox is killed (``reclaim``), as
 an OOM killer would, and the new shell starts; the command's result says so. The agent pays for it (its
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import secrets
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -28,8 +35,17 @@ from dataclasses import dataclass
 from fireflash.protocols import ExecResult, Job
 from fireflash.sandbox.errors import OutOfProcesses, SandboxError
 from fireflash.sandbox.files import file_size, head_tail, remove_output
-from fireflash.sandbox.linux import kill_tree
-from fireflash.sandbox.shell import OUTPUT_DIR, Record, Shell, ShellDied, ShellState, decode_preview, run_line
+from fireflash.sandbox.linux import alive, descendants, kill_marked, kill_tree, wait_dead
+from fireflash.sandbox.shell import (
+    MARKER_VAR,
+    OUTPUT_DIR,
+    Record,
+    Shell,
+    ShellDied,
+    ShellState,
+    decode_preview,
+    run_line,
+)
 
 SHELL_RESTARTED = "[the shell exited with status {status}; a new shell was started with the previous working directory and exported variables]"
 RECLAIM_WAIT_SEC = 2.0  # how long a new shell may wait for killed processes to be reaped, seconds
@@ -46,7 +62,9 @@ class _Job:
     output_path: str
     shell: Shell
     done: asyncio.Future[Record]
+    marker: str
     killed: bool = False
+    kill_report: str | None = None
 
     def exit_code(self) -> int | None:
         if self.killed or not self.done.done() or self.done.cancelled() or self.done.exception() is not None:
@@ -57,6 +75,10 @@ class _Job:
 
 def _code(text: str) -> int | None:
     return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _n(pids: set[int] | list[int]) -> str:
+    return f"{len(pids)} process{'' if len(pids) == 1 else 'es'}"
 
 
 def _join(*notes: str) -> str:
@@ -75,7 +97,8 @@ class ShellSession:
         kill_grace_sec: wait for the shell after killing a timed-out command's tree, seconds.
         output_budget_bytes: when the output files of finished commands exceed this, the oldest are
             deleted, so a huge output cannot starve later commands (an output larger than the
-            budget is deleted once its preview is returned).
+            budget is deleted once its preview is returned: its ``ExecResult.output_kept`` is then False and
+            the preview says the output was not kept instead of naming the file).
         host_prefix: prepended to output paths the *shell* writes to (the unsafe-local backend, whose
             shell sees the host's paths while files are addressed relative to the sandbox directory).
         reclaim: kills every process of the sandbox (its pid 1 excepted) when ``spawn`` raised
@@ -108,6 +131,9 @@ class ShellSession:
         self._reclaim = reclaim
         self._budget = output_budget_bytes
         self._outputs: list[tuple[str, int]] = []  # (path, bytes) of finished commands, oldest first
+        # per-session, so a marker can never match another sandbox's processes (the local backend shares
+        # the host's process table)
+        self._token = secrets.token_hex(8)
 
     def adopt(self, shell: Shell) -> None:
         """Use ``shell`` (already started at ``self.state``) as the main shell."""
@@ -163,7 +189,7 @@ class ShellSession:
         output_path = f"{OUTPUT_DIR}/{n}.log"
         started = time.monotonic()
         if background:
-            job, note = await self._start_job(command, output_path, f"job-{n}")
+            job, note = await self._start_job(command, output_path, f"job-{n}", self._marker(n))
             return await self._result(None, output_path, started, job_id=job.job_id, note=note)
         async with self._lock:
             return await self._exec_foreground(command, output_path, timeout_sec, on_timeout, started, n)
@@ -182,7 +208,9 @@ class ShellSession:
             shell, started_note = await self._main_shell()
             note = note or started_note
             try:
-                done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
+                done = await shell.send(
+                    run_line(command, self._prefix + output_path, self._marker(n)), expect_record=True
+                )
                 break
             except ShellDied:
                 if attempt:
@@ -203,7 +231,7 @@ class ShellSession:
             raise
         except TimeoutError:
             if on_timeout == "background":
-                job = _Job(f"job-{n}", command, output_path, shell, done)
+                job = _Job(f"job-{n}", command, output_path, shell, done, self._marker(n))
                 self._jobs[job.job_id] = job
                 self._shell = None
                 done.add_done_callback(lambda _f, s=shell: s.close())
@@ -254,15 +282,19 @@ class ShellSession:
         shell.close()
         self._shell = None
 
-    async def _start_job(self, command: str, output_path: str, job_id: str) -> tuple[_Job, str]:
+    def _marker(self, n: int) -> str:
+        """The ``MARKER_VAR`` value of command ``n``."""
+        return f"{self._token}.{n}"
+
+    async def _start_job(self, command: str, output_path: str, job_id: str, marker: str) -> tuple[_Job, str]:
         shell, note = await self._new_shell()
         try:
-            done = await shell.send(run_line(command, self._prefix + output_path), expect_record=True)
+            done = await shell.send(run_line(command, self._prefix + output_path, marker), expect_record=True)
         except ShellDied:
             shell.close()
             raise SandboxError(f"the shell for background job {job_id} died at start") from None
         assert done is not None
-        job = _Job(job_id, command, output_path, shell, done)
+        job = _Job(job_id, command, output_path, shell, done, marker)
         done.add_done_callback(lambda _f: shell.close())
         self._jobs[job_id] = job
         return job, note
@@ -278,9 +310,11 @@ class ShellSession:
     ) -> ExecResult:
         root = self._root_fd()
         size, head, tail = head_tail(root, output_path, self._preview_bytes)
+        kept = True
         if job_id is None and self._budget is not None:
-            self._collect_outputs(root, output_path, size)
-        preview, truncated = decode_preview(head, tail, size, output_path)
+            kept = self._collect_outputs(root, output_path, size)
+        not_kept = "" if kept else f"it alone exceeds the sandbox's output budget of {self._budget:,} bytes"
+        preview, truncated = decode_preview(head, tail, size, output_path, not_kept)
         if note:
             preview = f"{preview}\n{note}" if preview else note
         return ExecResult(
@@ -292,15 +326,25 @@ class ShellSession:
             duration_sec=time.monotonic() - started,
             timed_out=timed_out,
             job_id=job_id,
+            output_kept=kept,
         )
 
-    def _collect_outputs(self, root: int, output_path: str, size: int) -> None:
+    def _collect_outputs(self, root: int, output_path: str, size: int) -> bool:
+        """Record a finished command's output and delete the oldest outputs over budget.
+
+        Returns:
+            False when ``output_path`` itself was deleted (its result must then not name it as kept).
+        """
+        assert self._budget is not None
         self._outputs.append((output_path, size))
         total = sum(s for _, s in self._outputs)
         while self._outputs and total > self._budget:
             path, old = self._outputs.pop(0)
             remove_output(root, path)
             total -= old
+            if path == output_path:
+                return False
+        return True
 
     async def jobs(self) -> list[Job]:
         """Every background job, running or finished, with its current output size (poll for new output)."""
@@ -316,12 +360,18 @@ class ShellSession:
                     running=not job.done.done() and not job.killed,
                     exit_code=job.exit_code(),
                     output_size_bytes=size,
+                    kill_report=job.kill_report,
                 )
             )
         return out
 
-    def kill_job(self, job_id: str) -> None:
-        """Kill a job's shell and its whole process tree.
+    def kill_job(self, job_id: str) -> str:
+        """Kill a job's shell, its whole process tree and every process that left the tree (see module docstring).
+
+        Also sweeps a job that already finished, for the processes it left running (a daemonised server).
+
+        Returns:
+            What was killed, and any process that could not be: also kept as the job's ``kill_report``.
 
         Raises:
             KeyError: no such job (the message lists the known ids).
@@ -329,13 +379,32 @@ class ShellSession:
         job = self._jobs.get(job_id)
         if job is None:
             raise KeyError(f"no background job {job_id!r}; jobs: {sorted(self._jobs) or 'none'}")
-        if job.done.done() or job.killed:
-            return
-        pid = self._host_pid(job.shell)
+        finished = job.done.done() or job.killed
+        ended = "was already stopped" if job.killed else "had already finished"
+        tree: set[int] = set()
+        pid = None if finished else self._host_pid(job.shell)
         if pid is not None:
+            tree = {p for p in [pid, *descendants(pid)] if alive(p)}
             kill_tree(pid, include_root=True)
-        job.killed = True
-        job.shell.close()
+        if not finished:
+            job.killed = True
+            job.shell.close()
+        signalled, left = kill_marked(f"{MARKER_VAR}={job.marker}".encode())
+        escaped = signalled - tree
+        left = sorted({*left, *wait_dead(tree)})
+        if finished:
+            what = (f"the job {ended}; killed {_n(escaped)} it left running (detached from its "
+                    f"process tree, e.g. by setsid, nohup or a double fork)" if escaped else
+                    f"the job {ended} and left no process running")
+        else:
+            what = f"killed its shell and {_n(tree - {pid})} in its process tree" if pid is not None else (
+                "its shell was already gone")
+            if escaped:
+                what += f", and {_n(escaped)} that had left the tree (setsid, nohup or a double fork)"
+        if left:
+            what += f"; {_n(left)} could not be killed (host pids {', '.join(map(str, left))})"
+        job.kill_report = what
+        return what
 
     def has_running_jobs(self) -> bool:
         return any(not j.done.done() and not j.killed for j in self._jobs.values())

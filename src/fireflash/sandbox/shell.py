@@ -2,10 +2,13 @@
 
 The host writes one line per command to the shell's stdin::
 
-    __ff_run '<command>' '/tmp/.fireflash/out/7.log'; __ff_done $?
+    __ff_run '<command>' '/tmp/.fireflash/out/7.log' '<marker>'; __ff_done $?
 
 ``__ff_run`` evals the command *in the shell itself* (so ``cd``, ``export`` and plain variables persist, as
-in Claude Code's Bash) with stdin from /dev/null and stdout+stderr into the output file; ``__ff_done``
+in Claude Code's Bash) with stdin from /dev/null and stdout+stderr into the output file; every process the
+command starts inherits ``MARKER_VAR=<marker>`` in its environment (a local of ``__ff_run``, so it never
+enters the shell's saved exports), which finds the command's processes that left its process tree
+(``setsid``, ``nohup``, a double fork) when its job is killed; ``__ff_done``
 writes a record to fd 3, a pipe only the host reads. Records are four NUL-terminated fields:
 
     H <shell pid in the sandbox> '' ''       once, when the shell starts
@@ -26,12 +29,16 @@ from dataclasses import dataclass, field
 OUTPUT_DIR = "/tmp/.fireflash"
 """Directory, inside every sandbox, holding one output file per command."""
 
+MARKER_VAR = "__FF_CMD"
+"""Environment variable naming the command (``<session token>.<n>``) that started a process (see PRELUDE)."""
+
 # The shell's own definitions. fd 3 is closed around the command so no child (or daemon) holds the
 # record pipe: end-of-file on it then means the shell and its wrapper are gone. SIGUSR1 aborts the
 # running command (the host sends it on timeout, after killing the command's processes): bash runs
 # the trap once the foreground child is dead and `return` leaves __ff_run; between commands it is ignored.
 PRELUDE = r"""
 __ff_run() {
+  local -x __FF_CMD="$3"
   trap 'trap "" USR1; return 124' USR1
   [ -d "${2%/*}" ] || mkdir -p -- "${2%/*}" 2>/dev/null
   eval "$1" </dev/null >"$2" 2>&1 3>&-
@@ -75,9 +82,13 @@ class ShellState:
     exports: str = ""
 
 
-def run_line(command: str, output_path: str) -> bytes:
-    """The stdin line that runs ``command`` with output to ``output_path`` (both inside the sandbox)."""
-    return f"__ff_run {shlex.quote(command)} {shlex.quote(output_path)}; __ff_done $?\n".encode()
+def run_line(command: str, output_path: str, marker: str = "") -> bytes:
+    """The stdin line that runs ``command`` with output to ``output_path`` (both inside the sandbox).
+
+    ``marker`` becomes ``MARKER_VAR`` in the environment of every process the command starts.
+    """
+    quoted = " ".join(shlex.quote(x) for x in (command, output_path, marker))
+    return f"__ff_run {quoted}; __ff_done $?\n".encode()
 
 
 def restore_lines(state: ShellState) -> bytes:
@@ -210,13 +221,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def decode_preview(head: bytes, tail: bytes, size_bytes: int, output_path: str) -> tuple[str, bool]:
+def decode_preview(
+    head: bytes, tail: bytes, size_bytes: int, output_path: str, not_kept: str = ""
+) -> tuple[str, bool]:
     """Head + tail of a command's output as text (invalid UTF-8 → U+FFFD; binary never raises).
 
     Args:
         head: the first bytes of the file; tail: its last bytes (empty when ``head`` is the whole file).
         size_bytes: the file's size, bytes.
         output_path: the file's path inside the sandbox, named in the truncation marker.
+        not_kept: why the file was deleted ('' when it is kept); the marker then says so instead of naming it.
 
     Returns:
         (preview text, whether it was truncated).
@@ -225,5 +239,6 @@ def decode_preview(head: bytes, tail: bytes, size_bytes: int, output_path: str) 
     if not tail:
         return text_head, False
     omitted = size_bytes - len(head) - len(tail)
-    marker = f"\n[... {omitted} bytes omitted; full output ({size_bytes} bytes) in {output_path} ...]\n"
+    where = f"was not kept ({not_kept})" if not_kept else f"in {output_path}"
+    marker = f"\n[... {omitted} bytes omitted; full output ({size_bytes} bytes) {where} ...]\n"
     return text_head + marker + tail.decode("utf-8", "replace").replace("\0", "\ufffd"), True
