@@ -36,8 +36,8 @@ from fireflash.protocols import (
 )
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
-from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot
-from fireflash.runtime.loop import RLLoop, RolloutStats
+from fireflash.runtime.groups import Slot
+from fireflash.runtime.loop import LoopStateView, RLLoop
 from fireflash.runtime.memory import TrainerThread, memory_gb
 from fireflash.runtime.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
@@ -104,7 +104,7 @@ class MeteredEngine:
         await self.engine.resume()
 
 
-class LocalRuntime:
+class LocalRuntime(LoopStateView):
     """Runs ``steps`` optimizer steps of asynchronous GRPO on one machine (RECIPE.md §1, §5).
 
     Builders hand it built parts (STYLE.md 15): the trainer owns the policy being trained, ``engine``
@@ -163,32 +163,6 @@ class LocalRuntime:
             max_queued_groups=max_queued_groups,
         )
         self.loop.load_cursor(cursor)
-
-    # ---- the loop's state, under the names the live view (job.py) and callers read ----
-
-    @property
-    def history(self) -> list[dict[str, float]]:
-        return self.loop.history
-
-    @property
-    def total(self) -> RolloutStats:
-        return self.loop.total
-
-    @property
-    def queue(self) -> GroupQueue:
-        return self.loop.queue
-
-    @property
-    def scheduler(self) -> GroupScheduler | None:
-        return self.loop.scheduler
-
-    @property
-    def running_attempts(self) -> int:
-        return self.loop.running_attempts
-
-    @property
-    def stopped_at_wall_limit(self) -> bool:
-        return self.loop.stopped_at_wall_limit
 
     # ---- loop.LoopHooks: attempts on this process's engine, steps on the trainer thread ----
 

@@ -376,3 +376,34 @@ class RLLoop:
     async def _checkpoint(self) -> None:
         await self.hooks.save_checkpoint(self.cursor())
         self._saved_step = self.hooks.step
+
+
+class LoopStateView:
+    """The loop's state under the names the live view (``job.py``) and callers read, for a runtime that holds
+    its ``RLLoop`` as ``self.loop`` (both backends; read-only)."""
+
+    loop: RLLoop
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        return self.loop.history
+
+    @property
+    def total(self) -> RolloutStats:
+        return self.loop.total
+
+    @property
+    def queue(self) -> GroupQueue:
+        return self.loop.queue
+
+    @property
+    def scheduler(self) -> GroupScheduler | None:
+        return self.loop.scheduler
+
+    @property
+    def running_attempts(self) -> int:
+        return self.loop.running_attempts
+
+    @property
+    def stopped_at_wall_limit(self) -> bool:
+        return self.loop.stopped_at_wall_limit

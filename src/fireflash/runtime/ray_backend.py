@@ -50,8 +50,8 @@ from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.attempts import AttemptOutcome, error_info
-from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot
-from fireflash.runtime.loop import RLLoop, RolloutStats
+from fireflash.runtime.groups import Slot
+from fireflash.runtime.loop import LoopStateView, RLLoop
 from fireflash.runtime.placement import Placement, PlacementError
 from fireflash.runtime.ray_actors import (
     EngineBehind,
@@ -144,7 +144,7 @@ def _actor_failures(workers: Sequence[_Worker], results: Sequence[Any]) -> list[
     return failed
 
 
-class RayRuntime:
+class RayRuntime(LoopStateView):
     """Runs ``steps`` optimizer steps of asynchronous GRPO with Ray actors (RECIPE.md §1, §5).
 
     Ray must be initialised (``ray.init``) by the caller. The runtime starts its actors in ``run`` and
@@ -635,32 +635,6 @@ class RayRuntime:
     @property
     def weight_version(self) -> int:
         return self.trainer.weight_version
-
-    # ---- the loop's state, under the names the live view (job.py) and callers read ---------------------
-
-    @property
-    def history(self) -> list[dict[str, float]]:
-        return self.loop.history
-
-    @property
-    def total(self) -> RolloutStats:
-        return self.loop.total
-
-    @property
-    def queue(self) -> GroupQueue:
-        return self.loop.queue
-
-    @property
-    def scheduler(self) -> GroupScheduler | None:
-        return self.loop.scheduler
-
-    @property
-    def running_attempts(self) -> int:
-        return self.loop.running_attempts
-
-    @property
-    def stopped_at_wall_limit(self) -> bool:
-        return self.loop.stopped_at_wall_limit
 
     async def run(self) -> list[dict[str, float]]:
         """Start the actors, run until ``steps`` optimizer steps are done, stop the actors; returns each step's metrics.
