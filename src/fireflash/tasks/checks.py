@@ -22,6 +22,7 @@ from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
+from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
 from fireflash.tasks.requirements import unstated_requirements
 
@@ -112,20 +113,6 @@ def _distinctive_lines(task: Task, min_chars: int) -> list[str]:
     return sorted(lines)
 
 
-GIT_LEAKS = r"""
-for g in $(find {workdir} -maxdepth 4 -name .git 2>/dev/null); do
-  r=$(dirname "$g"); head=$(git -C "$r" rev-parse -q --verify HEAD 2>/dev/null) || continue
-  git -C "$r" rev-parse -q --verify refs/stash >/dev/null && echo "$r: refs/stash holds stashed work"
-  n=$(git -C "$r" fsck --unreachable --no-reflogs 2>/dev/null | grep -c 'unreachable commit')
-  [ "$n" -gt 0 ] && echo "$r: $n unreachable commit(s) (reflog or dangling)"
-  git -C "$r" for-each-ref --format='%(refname:short) %(objectname)' refs/heads refs/tags refs/remotes | \
-  while read name sha; do
-    [ "$sha" != "$head" ] && git -C "$r" merge-base --is-ancestor "$head" "$sha" && echo "AHEAD $r $name"
-  done
-done; true
-"""
-
-
 async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     task, problems = s.task, []
     workdir = shlex.quote(task.environment.workdir)
@@ -152,15 +139,23 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
             )
             copies = [f for f in found.preview.split() if f not in s.changed]
             problems += [f"{f} contains lines of the reference solution" for f in copies]
-        git = await agent.exec(GIT_LEAKS.replace("{workdir}", workdir), timeout_sec=60)
-        for line in git.preview.splitlines():
-            if line.startswith("AHEAD "):
-                _, repo, name = line.split(" ", 2)
-                if name not in task.instruction:
-                    problems.append(f"{repo}: ref {name} holds commits ahead of HEAD (future history)")
-            elif line.strip():
-                problems.append(line.strip())
-    return not problems, "; ".join(problems[:6]) or "tests, solution and future history are unreachable"
+        git = await agent.exec(CHECK_GIT, timeout_sec=120)
+        left = [f"{repo}: {finding}" for repo, finding in git_findings(git.preview)]
+    note = ""
+    if left and task.metadata.get(KEEP_FIELD):
+        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept, reported
+        note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+    else:
+        problems += left
+    if problems:
+        shown = "; ".join(problems[:50]) + (f"; ... and {len(problems) - 50} more" if len(problems) > 50 else "")
+        if left and not note:
+            shown += (
+                f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
+                f"needs it sets [environment] {KEEP_FIELD} = true)"
+            )
+        return False, shown
+    return True, note or "tests, solution and git history beyond HEAD are unreachable"
 
 
 async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:

@@ -10,7 +10,9 @@
     3 offline        the task declares no internet and the sandbox it was solved in has no network
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
-                     lines in the environment; no hidden future commits in git history
+                     lines in the environment; no git history beyond HEAD in any repository at any
+                     depth (preparation strips it, ``git_strip``; gate 5 names what is left; a task
+                     with ``keep_git_history = true`` gets a note instead)
     6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0
     7 not_fragile    every solution/alt_*.sh solves the task too (skipped when none is shipped)
     8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
