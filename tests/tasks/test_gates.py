@@ -21,6 +21,7 @@ BROKEN = [
 SOUND = [
     FIXTURES / "valid-sort",
     FIXTURES / "valid-future-commit-stripped",  # its answer branch is stripped by preparation (issue 27)
+    FIXTURES / "valid-word-count",  # a test_file_exists-style free check, calibrated by gate 6 (issue 27)
     DATA_DIR / "train" / "git-revert-commit",
     DATA_DIR / "train" / "swe-parse-duration",
 ]

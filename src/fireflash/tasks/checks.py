@@ -12,12 +12,12 @@ import contextlib
 import shlex
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
 from fireflash.grading.graders import GRADERS, score_swe, score_tests
-from fireflash.grading.reports import ReportError, parse_junit
+from fireflash.grading.reports import ReportError, match_checks, parse_junit
 from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
@@ -158,23 +158,51 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     return True, note or "tests, solution and git history beyond HEAD are unreachable"
 
 
-async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
+def _outcome(task: Task, output: Any) -> dict[str, bool]:
+    """Check id → passed in one verifier run, in the id space ``score_tests`` uses ({} without a report)."""
+    try:
+        checks = parse_junit(output.reports["junit.xml"])
+    except (KeyError, ReportError):
+        return {}
+    expected = task.metadata.get("expected_checks")
+    return match_checks(expected, checks) if expected else {c.id: c.passed for c in checks}
+
+
+async def _probes(s: GateContext) -> AsyncIterator[tuple[str, Sandbox]]:
+    """Gate 6's probes: doing nothing, and every expected file empty or a placeholder; caller closes each."""
     parent = await s.prepare()
-    async with closing(await parent.fork()) as nothing:
-        null = await s.grade(nothing)
-    details = [f"do-nothing {fmt(null)}"]
-    ok = null.reward == 0.0
+    yield "do-nothing", await parent.fork()
     expected = await s.expected_files()
     for label, content in (("empty", b""), ("placeholder", PLACEHOLDER)):
-        async with closing(await parent.fork()) as boiler:
-            for path in expected:
-                await boiler.exec(
-                    f"rm -rf {shlex.quote(path)}; mkdir -p $(dirname {shlex.quote(path)})", timeout_sec=30
-                )
-                await boiler.write_file(path, content)
-            score = await s.grade(boiler)
-        details.append(f"{label} files ({len(expected)}) {fmt(score)}")
-        ok = ok and score.reward == 0.0
+        boiler = await parent.fork()
+        for path in expected:
+            await boiler.exec(
+                f"rm -rf {shlex.quote(path)}; mkdir -p $(dirname {shlex.quote(path)})", timeout_sec=30
+            )
+            await boiler.write_file(path, content)
+        yield f"{label} files ({len(expected)})", boiler
+
+
+async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
+    """Probes score 0. For the tests grader the checks a probe passes are free (``partial_credit``): they
+    are recorded in ``s.free_checks`` (the gate report) and the probes are scored without them; only a
+    probe passing every check (or a reward file giving it credit) fails the gate."""
+    calibrate = s.task.grader.kind == "tests"
+    runs: list[tuple[str, Any]] = []
+    async for label, probe in _probes(s):
+        async with closing(probe):
+            runs.append((label, await run_verifier(s.task, probe) if calibrate else await s.grade(probe)))
+    if calibrate:
+        free = sorted({c for _, out in runs for c, ok in _outcome(s.task, out).items() if ok})
+        s.free_checks = free
+        runs = [(label, score_tests(out, s.task.metadata.get("expected_checks"), free)) for label, out in runs]
+    details = [f"{label} {fmt(score)}" for label, score in runs]
+    ok = all(score.reward == 0.0 for _, score in runs)
+    if calibrate and s.free_checks:
+        details.append(
+            f"calibrated: {len(s.free_checks)} free check(s) that probes pass earn no partial credit: "
+            + ", ".join(s.free_checks)
+        )
     return ok, "; ".join(details)
 
 

@@ -377,14 +377,18 @@ def check_not_heldout(tasks: list[Task], field: str, allow_with: str | None = No
         raise HeldoutLeak(f"{field} includes held-out tasks {leaked}; {fix}")
 
 
-def load_pool(paths: list[str], pool_manifest: str | Path | None = None) -> list[Task]:
+def load_pool(
+    paths: list[str], pool_manifest: str | Path | None = None, gate_reports_dir: str | Path | None = None
+) -> list[Task]:
     """The training pool: every task under ``paths`` (``TasksConfig.paths``), restricted to the ids a
-    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set.
+    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set, with each task's gate-6 calibration
+    (free checks earn no partial credit) applied from its gate report when ``gate_reports_dir`` is set.
 
     Raises:
-        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), or
-            no task is left after the manifest filter.
+        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), no task
+            is left after the manifest filter, or a pool task has no passing gate report.
     """
+    from fireflash.tasks.gates import apply_gate_reports
     from fireflash.tasks.probe import load_pool_manifest
 
     tasks, errors = load_tasks(list(paths))
@@ -396,4 +400,6 @@ def load_pool(paths: list[str], pool_manifest: str | Path | None = None) -> list
     if not tasks:
         where = f" kept by {pool_manifest}" if pool_manifest else ""
         raise TaskLoadError(f"no tasks{where} under {', '.join(map(str, paths))}; check tasks.paths")
+    if gate_reports_dir is not None:
+        apply_gate_reports(tasks, gate_reports_dir)
     return tasks
