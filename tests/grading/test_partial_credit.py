@@ -41,6 +41,13 @@ def test_partial_credit_counts_only_checks_that_are_not_free():
     assert partial_credit(dict.fromkeys(outcome, True), list(outcome)) == 1.0
 
 
+def test_failing_a_free_check_still_costs():
+    # right count, input deleted: not a full solve, so never 1.0 (uncalibrated it scored 0.667)
+    outcome = {"test_outputs.test_output_exists": True, "test_outputs.test_input_unchanged": False, "count": True}
+    assert partial_credit(outcome, FREE) == 0.5
+    assert partial_credit({"a": False, "b": True}, ["a"]) == 0.5
+
+
 def test_a_reward_file_ignores_free_checks():
     out = VerifierOutput({"reward.txt": b"0.5"}, 0, False, "", 0.1)
     assert score_tests(out, None, FREE).reward == 0.5

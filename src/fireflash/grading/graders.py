@@ -47,12 +47,13 @@ def _zero(output: VerifierOutput, reason: str, note: str = "", passed: int = 0, 
 
 
 def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) -> float:
-    """Calibrated partial credit (RECIPE.md §3): 1.0 for a full solve, else the fraction of the checks that
-    are not free that passed; 0.0 when every check is free.
+    """Calibrated partial credit (RECIPE.md §3): 1.0 for a full solve, else the checks passed that are not
+    free, over the checks that are not free plus the free checks failed; 0.0 when every check is free.
 
     A free check is one a do-nothing or boilerplate attempt passes (``test_file_exists``); gate 6 finds them
-    once per task and records them in its gate report (``GateReport.free_checks``), and they carry no
-    partial credit: they count in neither numerator nor denominator.
+    once per task and records them in its gate report (``GateReport.free_checks``). Passing one earns
+    nothing; failing one (an attempt that deletes the input it was to keep) still costs, so an attempt that
+    is not a full solve never reaches 1.0.
 
     Args:
         outcome: check id → passed, for every check of the task (non-empty).
@@ -60,8 +61,9 @@ def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) 
     """
     if all(outcome.values()):
         return 1.0
-    earned = [passed for check, passed in outcome.items() if check not in free_checks]
-    return sum(earned) / len(earned) if earned else 0.0
+    earned = sum(passed for check, passed in outcome.items() if check not in free_checks)
+    counted = sum(check not in free_checks or not passed for check, passed in outcome.items())
+    return earned / counted if counted else 0.0
 
 
 def score_tests(
