@@ -22,6 +22,7 @@ from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
 from fireflash.tasks.loader import TaskLoadError, load_task
 
 VALID = Path(__file__).parent / "fixtures" / "gates" / "valid-sort"
+TB1 = Path(__file__).parent / "fixtures" / "external" / "tb1" / "count-python-lines"
 LEAKS = {  # case → what gate 5 must name in /app/<case>
     "sibling": "ref refs/heads/fix (1 commit(s) not in HEAD's history)",
     "pull": "ref refs/pull/1/head (1 commit(s)",
@@ -126,6 +127,11 @@ def test_loader_strips_last_unless_the_task_keeps_its_git_history(tmp_path):
     assert STRIP_GIT not in kept.environment.setup_commands and kept.metadata[KEEP_FIELD] is True
     with pytest.raises(TaskLoadError, match=f"{KEEP_FIELD} = 'yes' must be bool"):
         load_task(_harbor_task(tmp_path / "c", "'yes'"))
+    tb1 = tmp_path / "tb1"
+    shutil.copytree(TB1, tb1)
+    assert load_task(tb1).environment.setup_commands[-1] == STRIP_GIT
+    (tb1 / "task.yaml").write_text((tb1 / "task.yaml").read_text() + f"\n{KEEP_FIELD}: true\n")
+    assert STRIP_GIT not in load_task(tb1).environment.setup_commands and load_task(tb1).metadata[KEEP_FIELD]
 
 
 RECOVER = "cd /app && git log -g --format=%s 2>/dev/null | paste -sd, ; git fsck --lost-found 2>/dev/null | cut -c1-16"
