@@ -39,7 +39,7 @@ _FIND_GIT_DIRS = r"""
 _ff_root="${FIREFLASH_SANDBOX_ROOT:-}"
 unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_COMMON_DIR GIT_NAMESPACE GIT_CEILING_DIRECTORIES
 _ff_git_dirs() {
-  find "$_ff_root/" "$_ff_root/tmp" -xdev -type f -name HEAD 2>/dev/null | sort -u | while IFS= read -r h; do
+  find "$_ff_root/" "$_ff_root/tmp" -xdev -name HEAD \( -type f -o -type l \) 2>/dev/null | sort -u | while IFS= read -r h; do
     d=${h%/HEAD}; [ -d "$d/objects" ] && [ -d "$d/refs" ] && printf '%s\n' "$d"
   done
 }
@@ -76,7 +76,8 @@ done
 """The setup command that strips every repository of the environment (see the module docstring)."""
 
 CHECK_GIT = (
-    _FIND_GIT_DIRS
+    "("
+    + _FIND_GIT_DIRS
     + r"""
 _ff_found=$(_ff_git_dirs)
 if [ -n "$_ff_found" ] && ! command -v git >/dev/null 2>&1; then
@@ -114,7 +115,8 @@ printf '%s\n' "$_ff_found" | while IFS= read -r d; do
       "$(head -n 4 "$t/unreachable" | while read -r sha kind; do printf '%s %s ' "$kind" "${sha:0:10}"; done)"
   fi
   rm -rf "$t"
-done | head -n 80; true"""
+done | head -n 80
+); true"""
 )
 """Gate 5's check: one ``<git dir>\\t<finding>`` line per leak left in the environment's repositories."""
 
