@@ -63,6 +63,8 @@ def build_leaky_app(root: Path) -> dict[str, str]:
     answer = _commit(repo, ANSWER, "fix")
     git(repo, "reset", "-q", "--hard", "HEAD~1")
     git(repo, "update-ref", "refs/pull/1/head", answer)
+    git(repo, "remote", "add", "origin", "https://example.invalid/project.git")
+    git(repo, "update-ref", "refs/remotes/origin/fix", answer)
     git(repo, "reflog", "expire", "--expire=now", "--all")
     finish("pull", repo)
 
@@ -87,9 +89,16 @@ def build_leaky_app(root: Path) -> dict[str, str]:
     _base(repo)
     answer = _commit(repo, ANSWER, "fix")
     git(repo, "tag", "-a", "v2", "-m", "release with the fix", answer)
+    git(repo, "pack-refs", "--all")  # the tag now lives in packed-refs
     git(repo, "reset", "-q", "--hard", "HEAD~1")
     git(repo, "reflog", "expire", "--expire=now", "--all")
     finish("tag", repo)
+
+    # a note holding the answer (refs/notes/commits)
+    repo = app / "notes"
+    _base(repo)
+    git(repo, "notes", "add", "-m", ANSWER, "HEAD")
+    finish("notes", repo)
 
     # a stash holding the answer
     repo = app / "stash"

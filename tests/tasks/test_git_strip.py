@@ -28,7 +28,8 @@ LEAKS = {  # case → what gate 5 must name in /app/<case>
     "pull": "ref refs/pull/1/head (1 commit(s)",
     "original": "ref refs/original/refs/heads/main (1 commit(s)",
     "blob": "1 unreachable object(s): blob",
-    "tag": "ref refs/tags/v2 (1 commit(s)",
+    "tag": "ref refs/tags/v2 (1 commit(s)",  # in packed-refs
+    "notes": "ref refs/notes/commits (1 commit(s)",
     "stash": "ref refs/stash (2 commit(s)",
     "reflog": "reflog logs/HEAD (3 entries)",
     f"nested/{NESTED}": "ref refs/heads/future (1 commit(s)",
@@ -53,7 +54,7 @@ async def _gate5_and_probe(task: Task, probe: str) -> tuple:
 
 
 STATE = r"""
-for r in sibling pull original blob tag stash reflog nested/{nested}; do
+for r in sibling pull original blob tag notes stash reflog nested/{nested}; do
   cd /app/$r && echo "$r $(git rev-parse HEAD) $(git status --porcelain | paste -sd,) \
 fsck=$(git fsck --full --no-dangling 2>&1 | wc -l) refs=$(git for-each-ref | wc -l) \
 answer=$(git cat-file --batch-all-objects --batch | grep -c 'the answer')"
@@ -68,6 +69,8 @@ def test_gate_5_names_each_git_leak_and_preparation_removes_it(tmp_path):
     assert leaky.status == "failed"
     for case, finding in LEAKS.items():
         assert f"/app/{case}: {finding}" in leaky.detail, (case, leaky.detail)
+    assert "/app/pull: remote origin (https://example.invalid/project.git)" in leaky.detail
+    assert "/app/pull: ref refs/remotes/origin/fix (1 commit(s)" in leaky.detail
     assert "unreachable object(s): " in leaky.detail and "keep_git_history = true" in leaky.detail
 
     stripped, state = asyncio.run(_gate5_and_probe(_task(tmp_path / "app", [STRIP_GIT]), STATE))
