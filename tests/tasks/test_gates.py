@@ -17,9 +17,11 @@ from fireflash.tasks.loader import DATA_DIR, load_task
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"
 BROKEN = [
     (int(p.name[4]), p) for p in sorted(FIXTURES.glob("gate*"))
-]  # gate5 has two: a copy, a future commit
+]
 SOUND = [
     FIXTURES / "valid-sort",
+    FIXTURES / "valid-future-commit-stripped",  # its answer branch is stripped by preparation (issue 27)
+    FIXTURES / "valid-word-count",  # a test_file_exists-style free check, calibrated by gate 6 (issue 27)
     DATA_DIR / "train" / "git-revert-commit",
     DATA_DIR / "train" / "swe-parse-duration",
 ]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from fireflash.tasks.git_strip import STRIP_GIT
 from fireflash.tasks.loader import TaskLoadError, bundled_tasks, load_task, load_tasks
 
 pytestmark = pytest.mark.unit
@@ -28,10 +29,10 @@ def test_harbor_examples_load():
     assert env.workdir == "/srv/export" and (env.cpus, env.memory_mb, env.storage_mb) == (2, 1024, 2048)
     assert env.env == {"EXPORT_DIR": "/srv/export", "PYTHONUNBUFFERED": "1"}
     assert (env.files_dir / "customers.csv").is_file()
-    assert (
-        env.setup_commands[-1]
-        == "cd /srv/export && mkdir -p archive && cp customers.csv archive/customers.orig.csv"
-    )
+    assert env.setup_commands[-2:] == [
+        "cd /srv/export && mkdir -p archive && cp customers.csv archive/customers.orig.csv",
+        STRIP_GIT,  # git history beyond HEAD is stripped last, after the task's own setup
+    ]
     assert dedupe.grader.test_command == "env EXPECTED_ROWS=4 bash /tests/test.sh"
 
     words = load_task(EXTERNAL / "harbor" / "word-stats")

@@ -1,7 +1,7 @@
 """Built-in graders: test-based partial credit ('tests') and FAIL_TO_PASS scoring ('swe').
 
 Rewards follow RECIPE.md §3: one terminal reward R in [0, 1]; a full solve is 1.0; otherwise the
-fraction of checks passed; a software-engineering task scores the fraction of FAIL_TO_PASS tests it
+fraction of checks passed, not counting free checks (``partial_credit``); a software-engineering task scores the fraction of FAIL_TO_PASS tests it
 fixes, and 0 if any PASS_TO_PASS test breaks. ``solved`` means every check passed.
 
 Built-ins are chosen with a plain dict (STYLE.md 11, 13); any dotted path to a ``Grader`` class or to an
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from fireflash.grading.reports import (
@@ -46,12 +46,35 @@ def _zero(output: VerifierOutput, reason: str, note: str = "", passed: int = 0, 
     return score
 
 
-def score_tests(output: VerifierOutput, expected_checks: list[str] | None = None) -> Score:
+def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) -> float:
+    """Calibrated partial credit (RECIPE.md §3): 1.0 for a full solve, else the checks passed that are not
+    free, over the checks that are not free plus the free checks failed; 0.0 when every check is free.
+
+    A free check is one a do-nothing or boilerplate attempt passes (``test_file_exists``); gate 6 finds them
+    once per task and records them in its gate report (``GateReport.free_checks``). Passing one earns
+    nothing; failing one (an attempt that deletes the input it was to keep) still costs, so an attempt that
+    is not a full solve never reaches 1.0.
+
+    Args:
+        outcome: check id → passed, for every check of the task (non-empty).
+        free_checks: ids of the task's free checks, in the same id space as ``outcome``.
+    """
+    if all(outcome.values()):
+        return 1.0
+    earned = sum(passed for check, passed in outcome.items() if check not in free_checks)
+    counted = sum(check not in free_checks or not passed for check, passed in outcome.items())
+    return earned / counted if counted else 0.0
+
+
+def score_tests(
+    output: VerifierOutput, expected_checks: list[str] | None = None, free_checks: Collection[str] = ()
+) -> Score:
     """Score a verifier run: reward file if the task wrote one, else JUnit partial credit (RECIPE.md §3).
 
     Args:
         output: the raw verifier outcome.
         expected_checks: test ids that must appear in the JUnit report; one that is missing counts as failed.
+        free_checks: checks that earn no partial credit (``partial_credit``); a reward file ignores them.
 
     Returns:
         A ``Score``; malformed or missing reports give reward 0 with ``reason`` 'bad_report' / 'no_report',
@@ -81,7 +104,7 @@ def score_tests(output: VerifierOutput, expected_checks: list[str] | None = None
     if total == 0:
         return _zero(output, "no_checks", "the JUnit report holds no test case")
     return Score(
-        reward=passed / total,
+        reward=partial_credit(outcome, free_checks),
         solved=passed == total,
         checks_passed=passed,
         checks_total=total,
@@ -131,7 +154,7 @@ class TestsGrader:
 
     async def grade(self, task: Task, sandbox: Sandbox) -> Score:
         output = await run_verifier(task, sandbox)
-        return score_tests(output, task.metadata.get("expected_checks"))
+        return score_tests(output, task.metadata.get("expected_checks"), task.metadata.get("free_checks", ()))
 
 
 class SweGrader:

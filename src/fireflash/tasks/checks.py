@@ -12,16 +12,17 @@ import contextlib
 import shlex
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
 from fireflash.grading.graders import GRADERS, score_swe, score_tests
-from fireflash.grading.reports import ReportError, parse_junit
+from fireflash.grading.reports import ReportError, match_checks, parse_junit
 from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
+from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
 from fireflash.tasks.requirements import unstated_requirements
 
@@ -112,20 +113,6 @@ def _distinctive_lines(task: Task, min_chars: int) -> list[str]:
     return sorted(lines)
 
 
-GIT_LEAKS = r"""
-for g in $(find {workdir} -maxdepth 4 -name .git 2>/dev/null); do
-  r=$(dirname "$g"); head=$(git -C "$r" rev-parse -q --verify HEAD 2>/dev/null) || continue
-  git -C "$r" rev-parse -q --verify refs/stash >/dev/null && echo "$r: refs/stash holds stashed work"
-  n=$(git -C "$r" fsck --unreachable --no-reflogs 2>/dev/null | grep -c 'unreachable commit')
-  [ "$n" -gt 0 ] && echo "$r: $n unreachable commit(s) (reflog or dangling)"
-  git -C "$r" for-each-ref --format='%(refname:short) %(objectname)' refs/heads refs/tags refs/remotes | \
-  while read name sha; do
-    [ "$sha" != "$head" ] && git -C "$r" merge-base --is-ancestor "$head" "$sha" && echo "AHEAD $r $name"
-  done
-done; true
-"""
-
-
 async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     task, problems = s.task, []
     workdir = shlex.quote(task.environment.workdir)
@@ -152,34 +139,70 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
             )
             copies = [f for f in found.preview.split() if f not in s.changed]
             problems += [f"{f} contains lines of the reference solution" for f in copies]
-        git = await agent.exec(GIT_LEAKS.replace("{workdir}", workdir), timeout_sec=60)
-        for line in git.preview.splitlines():
-            if line.startswith("AHEAD "):
-                _, repo, name = line.split(" ", 2)
-                if name not in task.instruction:
-                    problems.append(f"{repo}: ref {name} holds commits ahead of HEAD (future history)")
-            elif line.strip():
-                problems.append(line.strip())
-    return not problems, "; ".join(problems[:6]) or "tests, solution and future history are unreachable"
+        git = await agent.exec(CHECK_GIT, timeout_sec=120)
+        left = [f"{repo}: {finding}" for repo, finding in git_findings(git.preview)]
+    note = ""
+    if left and task.metadata.get(KEEP_FIELD):
+        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept, reported
+        note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+    else:
+        problems += left
+    if problems:
+        shown = "; ".join(problems[:50]) + (f"; ... and {len(problems) - 50} more" if len(problems) > 50 else "")
+        if left and not note:
+            shown += (
+                f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
+                f"needs it sets [environment] {KEEP_FIELD} = true)"
+            )
+        return False, shown
+    return True, note or "tests, solution and git history beyond HEAD are unreachable"
+
+
+def _outcome(task: Task, output: Any) -> dict[str, bool]:
+    """Check id → passed in one verifier run, in the id space ``score_tests`` uses ({} without a report)."""
+    try:
+        checks = parse_junit(output.reports["junit.xml"])
+    except (KeyError, ReportError):
+        return {}
+    expected = task.metadata.get("expected_checks")
+    return match_checks(expected, checks) if expected else {c.id: c.passed for c in checks}
+
+
+async def _probes(s: GateContext) -> AsyncIterator[tuple[str, Sandbox]]:
+    """Gate 6's probes: doing nothing, and every expected file empty or a placeholder; caller closes each."""
+    parent = await s.prepare()
+    yield "do-nothing", await parent.fork()
+    expected = await s.expected_files()
+    for label, content in (("empty", b""), ("placeholder", PLACEHOLDER)):
+        boiler = await parent.fork()
+        for path in expected:
+            await boiler.exec(
+                f"rm -rf {shlex.quote(path)}; mkdir -p $(dirname {shlex.quote(path)})", timeout_sec=30
+            )
+            await boiler.write_file(path, content)
+        yield f"{label} files ({len(expected)})", boiler
 
 
 async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
-    parent = await s.prepare()
-    async with closing(await parent.fork()) as nothing:
-        null = await s.grade(nothing)
-    details = [f"do-nothing {fmt(null)}"]
-    ok = null.reward == 0.0
-    expected = await s.expected_files()
-    for label, content in (("empty", b""), ("placeholder", PLACEHOLDER)):
-        async with closing(await parent.fork()) as boiler:
-            for path in expected:
-                await boiler.exec(
-                    f"rm -rf {shlex.quote(path)}; mkdir -p $(dirname {shlex.quote(path)})", timeout_sec=30
-                )
-                await boiler.write_file(path, content)
-            score = await s.grade(boiler)
-        details.append(f"{label} files ({len(expected)}) {fmt(score)}")
-        ok = ok and score.reward == 0.0
+    """Probes score 0. For the tests grader the checks a probe passes are free (``partial_credit``): they
+    are recorded in ``s.free_checks`` (the gate report) and the probes are scored without them; only a
+    probe passing every check (or a reward file giving it credit) fails the gate."""
+    calibrate = s.task.grader.kind == "tests"
+    runs: list[tuple[str, Any]] = []
+    async for label, probe in _probes(s):
+        async with closing(probe):
+            runs.append((label, await run_verifier(s.task, probe) if calibrate else await s.grade(probe)))
+    if calibrate:
+        free = sorted({c for _, out in runs for c, ok in _outcome(s.task, out).items() if ok})
+        s.free_checks = free
+        runs = [(label, score_tests(out, s.task.metadata.get("expected_checks"), free)) for label, out in runs]
+    details = [f"{label} {fmt(score)}" for label, score in runs]
+    ok = all(score.reward == 0.0 for _, score in runs)
+    if calibrate and s.free_checks:
+        details.append(
+            f"calibrated: {len(s.free_checks)} free check(s) that probes pass earn no partial credit: "
+            + ", ".join(s.free_checks)
+        )
     return ok, "; ".join(details)
 
 

@@ -36,6 +36,10 @@ class TasksConfig(BaseModel):
 
     paths: list[str] = Field(default_factory=lambda: ["bundled:train"], description="Task dirs or 'bundled:SPLIT'.")
     pool_manifest: str | None = Field(None, description="Probe manifest; when set, only its kept tasks are trained on.")
+    gate_reports_dir: str | None = Field(
+        None, description="Directory of gate reports (`fireflash tasks validate --report-dir DIR`); when set, every "
+        "pool task needs a passing report there, and the free checks gate 6 found in it earn no partial credit."
+    )
     allow_heldout: bool = Field(
         False, description="Let `fireflash train` train on bundled held-out tasks (refused by default: held-out "
         "scores of a policy trained on them mean nothing)."

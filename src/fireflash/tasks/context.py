@@ -26,6 +26,7 @@ class GateContext:
         self.solved: Sandbox | None = None
         self.reference_score: Score | None = None
         self.changed: list[str] = []
+        self.free_checks: list[str] = []  # checks gate 6's probes pass: no partial credit (GateReport)
         self._expected: list[str] | None = None
         self.grader = make_grader(task.grader)
 

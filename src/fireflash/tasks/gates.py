@@ -10,8 +10,13 @@
     3 offline        the task declares no internet and the sandbox it was solved in has no network
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
-                     lines in the environment; no hidden future commits in git history
-    6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0
+                     lines in the environment; no git history beyond HEAD in any repository at any
+                     depth (preparation strips it, ``git_strip``; gate 5 names what is left; a task
+                     with ``keep_git_history = true`` gets a note instead)
+    6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0;
+                     checks they pass are recorded as ``free_checks`` (no partial credit, calibrated
+                     once here; ``apply_gate_reports`` hands them to the grader), so only a probe
+                     passing every check fails
     7 not_fragile    every solution/alt_*.sh solves the task too (skipped when none is shipped)
     8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
     9 deterministic  the same final state scored K times gives identical scores and check outcomes
@@ -28,9 +33,10 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from fireflash.protocols import SCHEMA_VERSION, SandboxBackend, Task
 from fireflash.tasks.checks import GATES
@@ -82,6 +88,11 @@ class GateReport(BaseModel):
     path: str | None = None
     passed: bool  # no selected gate failed (skipped gates do not block the pool)
     gates: list[GateResult]
+    free_checks: list[str] = Field(
+        default_factory=list,
+        description="Gate 6's calibration: check ids a do-nothing or boilerplate attempt passes; the tests "
+        "grader gives them no partial credit (grading.graders.partial_credit; a full solve is still 1.0).",
+    )
     duration_sec: float
 
     @property
@@ -138,5 +149,36 @@ async def validate_task(
         path=str(task.path) if task.path else None,
         passed=not any(r.failed for r in results),
         gates=results,
+        free_checks=state.free_checks,
         duration_sec=round(time.monotonic() - start, 3),
     )
+
+
+def apply_gate_reports(tasks: list[Task], report_dir: str | Path) -> None:
+    """Give each task its gate report's calibration: ``metadata['free_checks']``, which the tests grader
+    leaves out of partial credit (RECIPE.md §3: "a calibrated final partial score").
+
+    Args:
+        report_dir: where ``fireflash tasks validate --report-dir`` wrote one ``<task id>.json`` per task.
+
+    Raises:
+        TaskLoadError: a task has no report there, an unreadable one, or one that failed a gate (a task enters
+            the pool only after passing the gates); the message names the file and the command to run.
+    """
+    from fireflash.tasks.loader import TaskLoadError
+
+    for task in tasks:
+        path = Path(report_dir) / f"{task.id}.json"
+        fix = f"run `fireflash tasks validate {task.path or task.id} --report-dir {report_dir}`"
+        if not path.is_file():
+            raise TaskLoadError(f"{path}: no gate report for task {task.id}; {fix}")
+        try:
+            report = GateReport.model_validate_json(path.read_text())
+        except ValueError as e:
+            raise TaskLoadError(f"{path}: not a gate report ({e}); {fix}") from None
+        if not report.passed:
+            raise TaskLoadError(
+                f"{path}: task {task.id} failed gate(s) {report.failed_gates}; fix the task and {fix}, "
+                "or leave it out of the pool"
+            )
+        task.metadata["free_checks"] = list(report.free_checks)

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from fireflash.models import cache_root
 from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
+from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
 from fireflash.tasks.paths import TaskPaths
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -76,8 +77,10 @@ def _str_list(value: Any, where: str) -> list[str]:
 
 
 def _environment(
-    dockerfile: Path, context: Path, overrides: dict[str, Any], where: str
+    dockerfile: Path, context: Path, overrides: dict[str, Any], where: str, keep_git_history: bool = False
 ) -> tuple[TaskEnvironment, dict[str, Any]]:
+    """The task's environment; its last setup command strips git history beyond HEAD (``git_strip``)
+    unless the task sets ``keep_git_history``, which ``extra`` then records for gate 5."""
     fields: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     if dockerfile.is_file():
@@ -93,6 +96,10 @@ def _environment(
         )
         extra.update(dockerfile=str(dockerfile), base_image=docker.base_image)
     fields.update({k: v for k, v in overrides.items() if v is not None})
+    if keep_git_history:
+        extra[KEEP_FIELD] = True
+    else:
+        fields["setup_commands"] = [*fields.get("setup_commands", []), STRIP_GIT]
     try:
         return TaskEnvironment(**fields), extra
     except ValidationError as e:
@@ -132,7 +139,8 @@ def load_harbor(root: Path) -> Task:
     for key, alias in (("memory_mb", "memory"), ("storage_mb", "storage")):
         if key in env_t or alias in env_t:
             overrides[key] = _megabytes(env_t.get(key, env_t.get(alias)), f"{where} [environment] {key}")
-    environment, extra = _environment(paths.dockerfile, paths.environment_dir, overrides, where)
+    keep = _typed(env_t, KEEP_FIELD, bool, f"{where} [environment]")
+    environment, extra = _environment(paths.dockerfile, paths.environment_dir, overrides, where, bool(keep))
     agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
     verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
     build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
@@ -213,7 +221,8 @@ def load_terminal_bench(root: Path) -> Task:
         paths.tb1_run_tests.is_file(),
         f"{paths.tb1_run_tests}: missing; Terminal-Bench tasks grade with run-tests.sh",
     )
-    environment, extra = _environment(paths.tb1_dockerfile, root, {}, where)
+    keep = _typed(config, KEEP_FIELD, bool, where)
+    environment, extra = _environment(paths.tb1_dockerfile, root, {}, where, bool(keep))
     agent_timeout = _typed(config, "max_agent_timeout_sec", (int, float), where)
     test_timeout = _typed(config, "max_test_timeout_sec", (int, float), where)
     tags = _str_list(config.get("tags"), f"{where} tags")
@@ -368,14 +377,18 @@ def check_not_heldout(tasks: list[Task], field: str, allow_with: str | None = No
         raise HeldoutLeak(f"{field} includes held-out tasks {leaked}; {fix}")
 
 
-def load_pool(paths: list[str], pool_manifest: str | Path | None = None) -> list[Task]:
+def load_pool(
+    paths: list[str], pool_manifest: str | Path | None = None, gate_reports_dir: str | Path | None = None
+) -> list[Task]:
     """The training pool: every task under ``paths`` (``TasksConfig.paths``), restricted to the ids a
-    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set.
+    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set, with each task's gate-6 calibration
+    (free checks earn no partial credit) applied from its gate report when ``gate_reports_dir`` is set.
 
     Raises:
-        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), or
-            no task is left after the manifest filter.
+        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), no task
+            is left after the manifest filter, or a pool task has no passing gate report.
     """
+    from fireflash.tasks.gates import apply_gate_reports
     from fireflash.tasks.probe import load_pool_manifest
 
     tasks, errors = load_tasks(list(paths))
@@ -387,4 +400,6 @@ def load_pool(paths: list[str], pool_manifest: str | Path | None = None) -> list
     if not tasks:
         where = f" kept by {pool_manifest}" if pool_manifest else ""
         raise TaskLoadError(f"no tasks{where} under {', '.join(map(str, paths))}; check tasks.paths")
+    if gate_reports_dir is not None:
+        apply_gate_reports(tasks, gate_reports_dir)
     return tasks
