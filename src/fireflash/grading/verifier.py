@@ -1,11 +1,46 @@
 """Run a task's tests on a fork of an attempt's final state and collect what they report.
 
-The agent never sees the tests: they are written into the fork (``write_file`` per file) only after
-the attempt ended. ``/logs/verifier`` and ``/tests`` are deleted and recreated in the fork before the tests run, so no
-reward file, symlink or report the agent planted survives (RECIPE.md §3, STYLE.md 11). The run has its
-own timeout: a hung verifier yields ``timed_out`` and never stalls training.
-
     output = await run_verifier(task, attempt_sandbox)   # the attempt's sandbox is left untouched
+
+What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process the attempt cannot program):
+
+- **No process of the attempt takes part.** Grading runs in ``sandbox.fork()``, which has the attempt's
+  files but fresh processes (``Sandbox.fork``): a server, watcher or rewriter the agent left running is
+  not in the fork and cannot see its files.
+- **The grader's files are fresh.** ``/tests`` and ``/logs/verifier`` are emptied and recreated in the fork,
+  the tests (runner included) are written from the task's own directory on the host after the attempt
+  ended, and the listing check proves nothing the agent planted (report, symlink, test) survives.
+- **A clean start-up environment.** The test command runs under ``env -i`` with a fixed ``PATH`` of system
+  directories (``SYSTEM_PATH``), ``HOME`` a new empty directory in the fork's fresh ``/tmp``, no
+  ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD`` or anything else from the agent's shell,
+  ``PYTHONNOUSERSITE=1`` and bash without start-up files: the agent's ``~/.bashrc``, ``~/.profile``,
+  ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and exported variables are never read. Only
+  the task's declared environment (``TaskEnvironment.env``) and the verifier's own variables are set.
+- **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
+  working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
+  ``csv``), takes the checks a file declares from its source (AST), fails any declared check it could not
+  run, writes the report last and exits with ``os._exit`` (no ``atexit`` hook or thread of the code under
+  test runs after it). The graders then compare the report with the checks the task declares, read from
+  the task's test files on the host (``reports.declared_checks``): a missing, renamed, skipped or
+  deselected check is a failure (``graders``).
+- **Nothing rewrites the report after the run.** Every process left in the fork is killed (``kill -KILL
+  -1`` from the fork's shell) before the reports are read; a report that is not a regular file (a symlink
+  to something the agent wrote) is refused.
+
+What is *not* guaranteed:
+
+- Code that the task's tests themselves run (the module under test they import, a script they execute)
+  runs with the verifier's rights, by the task's design: during the run it can patch the objects its own
+  checks call, or write ``/logs/verifier`` (whose path is fixed by the Harbor convention) before the runner
+  writes its report last. Against such code the defences above bound the damage (it cannot run before the
+  tests, survive the runner, or outlive the run), but an in-process forgery aimed at the runner itself is
+  not excluded; the red-team suite (``tests/grading/test_redteam.py``) lists what is covered.
+- A sandbox whose system directories (``/usr``) are writable by the agent (a container task run as root)
+  can replace the interpreter itself; the bwrap backend mounts them read-only.
+- A task's own ``test.sh`` may undo all of this (source the agent's files, put the workdir first on
+  ``PYTHONPATH``); bundled tasks do not.
+
+The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """
 
 from __future__ import annotations
@@ -26,6 +61,8 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024
 # pytest honours these even when a task's script does not pass them: JUnit for partial credit, no
 # colour codes in logs, no cache directory written into the graded tree.
 PYTEST_ADDOPTS = f"-p no:cacheprovider --color=no --junitxml={VERIFIER_DIR}/junit.xml"
+# The only PATH the test command gets: system directories, none the agent can write in a bwrap sandbox.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Seconds added to the verifier timeout before the grader gives up on the sandbox itself.
 SANDBOX_GRACE_SEC = 15.0
 
@@ -113,18 +150,10 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
                 time.monotonic() - start,
                 f"{VERIFIER_DIR} is not empty after the reset: {prep.preview[:200]!r}",
             )
-        env = {
-            "NO_COLOR": "1",
-            "PY_COLORS": "0",
-            "TERM": "dumb",
-            "TEST_DIR": TESTS_DIR,
-            "PYTEST_ADDOPTS": PYTEST_ADDOPTS,
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        workdir = shlex.quote(task.environment.workdir)
-        command = f"cd {workdir} 2>/dev/null; export {exports}; {task.grader.test_command}"
-        result = await fork.exec(command, timeout_sec=timeout)
+        result = await fork.exec(verifier_command(task), timeout_sec=timeout)
+        # a process the tests started (the code under test may fork a rewriter) must not outlive them:
+        # kill everything but this shell and pid 1 before the reports are read
+        await fork.exec("kill -KILL -1 2>/dev/null; true", timeout_sec=30)
         reports, error = await _read_reports(fork)
         return VerifierOutput(
             reports, result.exit_code, result.timed_out, result.preview, time.monotonic() - start, error
@@ -133,18 +162,53 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
         await fork.close()
 
 
+def verifier_env(task: Task) -> dict[str, str]:
+    """Every environment variable the test command gets (nothing from the agent's shell or files).
+
+    The task's declared ``environment.env`` first, then the verifier's own variables, which win.
+    """
+    return dict(task.environment.env) | {
+        "PATH": SYSTEM_PATH,
+        "LANG": "C.UTF-8",
+        "NO_COLOR": "1",
+        "PY_COLORS": "0",
+        "TERM": "dumb",
+        "TEST_DIR": TESTS_DIR,
+        "PYTEST_ADDOPTS": PYTEST_ADDOPTS,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+def verifier_command(task: Task) -> str:
+    """The shell line run in the grading fork: a fresh ``HOME``, ``env -i`` with ``verifier_env``, the
+    workdir as cwd, and ``task.grader.test_command`` under a bash that reads no start-up file."""
+    exports = " ".join(shlex.quote(f"{k}={v}") for k, v in verifier_env(task).items())
+    workdir = shlex.quote(task.environment.workdir)
+    return (
+        # /tmp is a fresh tmpfs in every fork: the agent never saw this directory
+        f"ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX) || exit 97; cd {workdir} 2>/dev/null; "
+        f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {shlex.quote(task.grader.test_command)}'
+    )
+
+
 async def _read_reports(fork: Sandbox) -> tuple[dict[str, bytes], str]:
     names = " ".join(REPORT_FILES)
     listing = await fork.exec(
-        f'cd {VERIFIER_DIR} && for f in {names}; do [ -f "$f" ] && echo "$f $(stat -c %s "$f")"; done; true',
+        f'cd {VERIFIER_DIR} && for f in {names}; do if [ -L "$f" ]; then echo "$f link"; '
+        f'elif [ -e "$f" ]; then echo "$f $(stat -c %s "$f")"; fi; done; true',
         timeout_sec=30,
     )
     reports: dict[str, bytes] = {}
     errors = []
     for line in listing.preview.splitlines():
         name, _, size = line.partition(" ")
-        if name not in REPORT_FILES or not size.isdigit():
+        if name not in REPORT_FILES:
             continue
+        if not size.isdigit():
+            # a symlink or a directory: the runner writes plain files; anything else was planted
+            # planted during the run by code the tests executed: no report of this run is trusted
+            return {}, f"{name} in {VERIFIER_DIR} is not a regular file; every report refused"
         if int(size) > MAX_REPORT_BYTES:
             errors.append(f"{name} is {size} bytes (> {MAX_REPORT_BYTES})")
             continue
