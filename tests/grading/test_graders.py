@@ -321,3 +321,21 @@ def test_custom_grader_uses_the_sandbox_through_the_callers_loop():
 
     score, same_loop = asyncio.run(main())
     assert score.reward == 1.0 and same_loop
+
+
+def test_tests_grader_counts_checks_the_test_file_declares_but_the_report_lacks(tmp_path, monkeypatch):
+    """The issue's case: 2 passing cases, 3 declared checks, no ``expected_checks`` metadata → 2/3, not 1.0."""
+    import asyncio
+
+    from fireflash.grading import graders
+    from fireflash.protocols import Task
+
+    (tmp_path / "test_fix.py").write_text("def test_a(): pass\ndef test_b(): pass\ndef test_c(): pass\n")
+    task = Task(id="t", instruction="x", grader=GraderSpec(tests_dir=tmp_path, test_command="true"))
+
+    async def fake_verifier(task, sandbox):
+        return output(junit_xml=junit(test_a=True, test_b=True))
+
+    monkeypatch.setattr(graders, "run_verifier", fake_verifier)
+    score = asyncio.run(TestsGrader().grade(task, None))
+    assert (score.reward, score.solved, score.checks_total) == (pytest.approx(2 / 3), False, 3)

@@ -182,13 +182,19 @@ def verifier_env(task: Task) -> dict[str, str]:
 
 def verifier_command(task: Task) -> str:
     """The shell line run in the grading fork: a fresh ``HOME``, ``env -i`` with ``verifier_env``, the
-    workdir as cwd, and ``task.grader.test_command`` under a bash that reads no start-up file."""
+    workdir as cwd, and ``task.grader.test_command`` under a bash that reads no start-up file; then every
+    other process of the fork is killed at once (a rewriter the tests started gets no time after the
+    report is written). The line's exit status is the test command's (97: no fresh ``HOME``)."""
     exports = " ".join(shlex.quote(f"{k}={v}") for k, v in verifier_env(task).items())
     workdir = shlex.quote(task.environment.workdir)
+    test = shlex.quote(task.grader.test_command)
     return (
-        # /tmp is a fresh tmpfs in every fork: the agent never saw this directory
-        f"ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX) || exit 97; cd {workdir} 2>/dev/null; "
-        f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {shlex.quote(task.grader.test_command)}'
+        # /tmp is a fresh tmpfs in every fork: the agent never saw this directory. No `exit`: this runs in
+        # the fork's persistent shell.
+        "if ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX); then "
+        f"cd {workdir} 2>/dev/null; "
+        f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {test}; ff_rc=$?; '
+        "else ff_rc=97; fi; kill -KILL -1 2>/dev/null; (exit $ff_rc)"
     )
 
 
