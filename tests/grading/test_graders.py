@@ -170,10 +170,11 @@ def test_declared_checks_ignore_extra_cases_and_fail_skipped_ones():
     assert (score.reward, score.checks_total) == (0.5, 2)
 
 
-def test_parametrised_declared_check_passes_only_if_every_case_passes():
+def test_parametrised_declared_check_counts_each_case_and_fails_closed():
     declared = ["tests/test_fix.py::test_a"]
     cases = b'<testsuite><testcase classname="tests.test_fix" name="test_a[1]"/><testcase classname="tests.test_fix" name="test_a[x.y]"><failure/></testcase></testsuite>'
-    assert score_tests(output(junit_xml=cases), declared).reward == 0.0
+    score = score_tests(output(junit_xml=cases), [*declared, "tests/test_fix.py::test_gone"])
+    assert (score.reward, score.checks_passed, score.checks_total) == (pytest.approx(1 / 3), 1, 3)
     cases = cases.replace(b"<failure/>", b"")
     assert score_tests(output(junit_xml=cases), declared).reward == 1.0
 

@@ -173,15 +173,22 @@ _PARAMS = re.compile(r"\[.*\]$", re.DOTALL)
 
 
 def match_declared(declared_ids: Iterable[str], results: list[CheckResult]) -> dict[str, bool]:
-    """For each declared test id, whether it passed: every report case of it passed, and there is one.
+    """Whether each declared check passed; a declared function with no report case fails.
 
     A declared function matches the cases named like it, parametrised or not (``test_x`` and ``test_x[1]``),
     whose dotted key ends with the declared one component-wise (pytest's class names depend on its rootdir).
-    Missing, skipped or failed cases fail the check; cases the declaration does not name are ignored.
+    One matching case gives one check under the declared id; several (parametrised) give one check each,
+    keyed ``<declared id>[<params>]``, so partial credit stays per case. Missing, skipped or failed cases
+    fail; cases the declaration does not name are ignored.
     """
     outcome: dict[str, bool] = {}
     for test_id in declared_ids:
         key = junit_key(test_id)
         found = [r for r in results if _suffix_match(key, _PARAMS.sub("", r.id))]
-        outcome[test_id] = bool(found) and all(r.passed for r in found)
+        if len(found) <= 1:
+            outcome[test_id] = bool(found) and found[0].passed
+            continue
+        for r in found:
+            params = _PARAMS.search(r.id)
+            outcome[f"{test_id}{params.group(0) if params else '#' + r.id}"] = r.passed
     return outcome

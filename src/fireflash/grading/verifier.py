@@ -35,6 +35,12 @@ What is *not* guaranteed:
   writes its report last. Against such code the defences above bound the damage (it cannot run before the
   tests, survive the runner, or outlive the run), but an in-process forgery aimed at the runner itself is
   not excluded; the red-team suite (``tests/grading/test_redteam.py``) lists what is covered.
+- A task whose declared ``PATH`` adds a directory the agent can write (an image's virtualenv in the
+  workdir, ``/workspace/.venv/bin``) runs the programs found only there (``python`` where the system has
+  only ``python3``) from it, after the system directories.
+- ``python3 -m pytest`` puts its working directory first on ``sys.path`` (pytest's own semantics; the
+  tests of such a task import the workdir's modules that way), so there the workdir can shadow the stdlib.
+  The bundled tasks use ``junit_runner.py``, which does not.
 - A sandbox whose system directories (``/usr``) are writable by the agent (a container task run as root)
   can replace the interpreter itself; the bwrap backend mounts them read-only.
 - A task's own ``test.sh`` may undo all of this (source the agent's files, put the workdir first on
@@ -165,10 +171,14 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
 def verifier_env(task: Task) -> dict[str, str]:
     """Every environment variable the test command gets (nothing from the agent's shell or files).
 
-    The task's declared ``environment.env`` first, then the verifier's own variables, which win.
+    The task's declared ``environment.env`` first, then the verifier's own variables, which win. ``PATH``
+    is ``SYSTEM_PATH`` followed by the directories the task's own ``PATH`` adds (an image's virtualenv):
+    a program named like a system one always resolves to the system one.
     """
+    system = SYSTEM_PATH.split(":")
+    extra = [d for d in task.environment.env.get("PATH", "").split(":") if d and d not in system]
     return dict(task.environment.env) | {
-        "PATH": SYSTEM_PATH,
+        "PATH": ":".join(system + list(dict.fromkeys(extra))),
         "LANG": "C.UTF-8",
         "NO_COLOR": "1",
         "PY_COLORS": "0",
