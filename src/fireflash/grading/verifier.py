@@ -24,7 +24,7 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   the task's test files on the host (``reports.declared_checks``): a missing, renamed, skipped or
   deselected check is a failure (``graders``).
 - **Nothing rewrites the report after the run.** Every process left in the fork is killed (``kill -KILL
-  -1`` from the fork's shell) before the reports are read; a report that is not a regular file (a symlink
+  -1`` from the fork's shell, ``KILL_STRAYS``; bwrap sandboxes only) before the reports are read; a report that is not a regular file (a symlink
   to something the agent wrote) is refused.
 
 What is *not* guaranteed:
@@ -69,6 +69,11 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024
 PYTEST_ADDOPTS = f"-p no:cacheprovider --color=no --junitxml={VERIFIER_DIR}/junit.xml"
 # The only PATH the test command gets: system directories, none the agent can write in a bwrap sandbox.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Kill every process the shell can signal but itself and pid 1, only where pid 1 is the bwrap sandbox's
+# keeper (its command line names FF_CTL_FD; sandbox/shell.py): in its own pid namespace that is every
+# process of the fork. Anywhere else (the unsafe-local backend runs on the host) `kill -1` would hit every
+# process of the user, so nothing is killed there.
+KILL_STRAYS = "if grep -qa FF_CTL_FD /proc/1/cmdline 2>/dev/null; then kill -KILL -1 2>/dev/null; fi"
 # Seconds added to the verifier timeout before the grader gives up on the sandbox itself.
 SANDBOX_GRACE_SEC = 15.0
 
@@ -159,7 +164,7 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
         result = await fork.exec(verifier_command(task), timeout_sec=timeout)
         # a process the tests started (the code under test may fork a rewriter) must not outlive them:
         # kill everything but this shell and pid 1 before the reports are read
-        await fork.exec("kill -KILL -1 2>/dev/null; true", timeout_sec=30)
+        await fork.exec(f"{KILL_STRAYS}; true", timeout_sec=30)
         reports, error = await _read_reports(fork)
         return VerifierOutput(
             reports, result.exit_code, result.timed_out, result.preview, time.monotonic() - start, error
@@ -204,7 +209,7 @@ def verifier_command(task: Task) -> str:
         "if ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX); then "
         f"cd {workdir} 2>/dev/null; "
         f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {test}; ff_rc=$?; '
-        "else ff_rc=97; fi; kill -KILL -1 2>/dev/null; (exit $ff_rc)"
+        f"else ff_rc=97; fi; {KILL_STRAYS}; (exit $ff_rc)"
     )
 
 
