@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fireflash.protocols import Sandbox, Task
+from fireflash.protocols import ExecResult, Sandbox, Task
 
 VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
@@ -73,7 +73,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # keeper (its command line names FF_CTL_FD; sandbox/shell.py): in its own pid namespace that is every
 # process of the fork. Anywhere else (the unsafe-local backend runs on the host) `kill -1` would hit every
 # process of the user, so nothing is killed there.
-KILL_STRAYS = "if grep -qa FF_CTL_FD /proc/1/cmdline 2>/dev/null; then kill -KILL -1 2>/dev/null; fi"
+KILL_STRAYS = "if /bin/grep -qa FF_CTL_FD /proc/1/cmdline 2>/dev/null; then kill -KILL -1 2>/dev/null; fi"
 # Seconds added to the verifier timeout before the grader gives up on the sandbox itself.
 SANDBOX_GRACE_SEC = 15.0
 
@@ -132,7 +132,8 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
     try:
         # The fork's user may not delete /tests or /logs themselves (root-owned parents); emptying them
         # is enough. The listing proves nothing the agent left behind survives.
-        await fork.exec(
+        await _exec(
+            fork,
             f"find {TESTS_DIR} {VERIFIER_DIR} -mindepth 1 -delete 2>/dev/null; rm -rf {TESTS_DIR} {VERIFIER_DIR} 2>/dev/null; true",
             timeout_sec=30,
         )
@@ -151,7 +152,7 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
                 f"cannot write {e.filename or TESTS_DIR} in the grading fork ({e.strerror}); the "
                 f"sandbox backend must let its user create {TESTS_DIR} and {VERIFIER_DIR}",
             )
-        prep = await fork.exec(f"ls -A {VERIFIER_DIR}", timeout_sec=30)
+        prep = await _exec(fork, f"ls -A {VERIFIER_DIR}", timeout_sec=30)
         if prep.exit_code != 0 or prep.preview.split() != [MARKER]:
             return VerifierOutput(
                 {},
@@ -161,16 +162,23 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
                 time.monotonic() - start,
                 f"{VERIFIER_DIR} is not empty after the reset: {prep.preview[:200]!r}",
             )
-        result = await fork.exec(verifier_command(task), timeout_sec=timeout)
+        result = await _exec(fork, verifier_command(task), timeout_sec=timeout)
         # a process the tests started (the code under test may fork a rewriter) must not outlive them:
         # kill everything but this shell and pid 1 before the reports are read
-        await fork.exec(f"{KILL_STRAYS}; true", timeout_sec=30)
+        await _exec(fork, f"{KILL_STRAYS}; true", timeout_sec=30)
         reports, error = await _read_reports(fork)
         return VerifierOutput(
             reports, result.exit_code, result.timed_out, result.preview, time.monotonic() - start, error
         )
     finally:
         await fork.close()
+
+
+async def _exec(fork: Sandbox, command: str, timeout_sec: float) -> ExecResult:
+    """``fork.exec`` with ``PATH`` reset to ``SYSTEM_PATH`` first: the fork's shell starts with the task's
+    ``PATH``, which may name an agent-writable directory (a venv in the workdir) holding a fake ``ls``,
+    ``find`` or ``rm`` that would hide a planted report."""
+    return await fork.exec(f"PATH={SYSTEM_PATH}; export PATH; {command}", timeout_sec=timeout_sec)
 
 
 def verifier_env(task: Task) -> dict[str, str]:
@@ -215,7 +223,8 @@ def verifier_command(task: Task) -> str:
 
 async def _read_reports(fork: Sandbox) -> tuple[dict[str, bytes], str]:
     names = " ".join(REPORT_FILES)
-    listing = await fork.exec(
+    listing = await _exec(
+        fork,
         f'cd {VERIFIER_DIR} && for f in {names}; do if [ -L "$f" ]; then echo "$f link"; '
         f'elif [ -e "$f" ]; then echo "$f $(stat -c %s "$f")"; fi; done; true',
         timeout_sec=30,
