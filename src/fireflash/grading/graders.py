@@ -283,13 +283,17 @@ class IsolatedGrader:
         try:
             async with asyncio.timeout(limit):
                 return await asyncio.shield(done)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as e:
+            # timed out, or the attempt itself was cancelled: either way the grader must stop touching
+            # the sandbox, which its caller is about to close
             proxy.revoked = True
             _raise_in_thread(thread, GraderTimeout)
             for fork in forks:
                 # best effort: a fork that cannot close now is closed with its backend at the end
                 with contextlib.suppress(Exception):
                     await fork.close()
+            if isinstance(e, asyncio.CancelledError):
+                raise
             raise GraderTimeout(
                 f"grader {type(self.inner).__name__} for task {task.id} ran past its {limit:.1f} s limit "
                 "(verifier timeout + GRADER_GRACE_SEC); stopped, the try is retried"
