@@ -10,22 +10,25 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
 - **The grader's files are fresh.** ``/tests`` and ``/logs/verifier`` are emptied and recreated in the fork,
   the tests (runner included) are written from the task's own directory on the host after the attempt
   ended, and the listing check proves nothing the agent planted (report, symlink, test) survives.
-- **A clean start-up environment.** The test command runs under ``env -i`` with a fixed ``PATH`` of system
-  directories (``SYSTEM_PATH``), ``HOME`` a new empty directory in the fork's fresh ``/tmp``, no
-  ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD`` or anything else from the agent's shell,
-  ``PYTHONNOUSERSITE=1`` and bash without start-up files: the agent's ``~/.bashrc``, ``~/.profile``,
-  ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and exported variables are never read. Only
-  the task's declared environment (``TaskEnvironment.env``) and the verifier's own variables are set.
+- **A clean start-up environment.** The test command runs under ``env -i`` with ``PATH`` the system
+  directories first (``SYSTEM_PATH``, then any the task's own ``PATH`` adds), ``HOME`` a new empty
+  directory in the fork's fresh ``/tmp``, no ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD``
+  or anything else from the agent's shell, ``PYTHONNOUSERSITE=1`` and bash without start-up files: the
+  agent's ``~/.bashrc``, ``~/.profile``, ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and
+  exported variables are never read. Only the task's declared environment (``TaskEnvironment.env``) and
+  the verifier's own variables are set. The verifier's own commands in the fork (reset, listing, kill)
+  run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
 - **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
   working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
   ``csv``), takes the checks a file declares from its source (AST), fails any declared check it could not
-  run, writes the report last and exits with ``os._exit`` (no ``atexit`` hook or thread of the code under
-  test runs after it). The graders then compare the report with the checks the task declares, read from
-  the task's test files on the host (``reports.declared_checks``): a missing, renamed, skipped or
-  deselected check is a failure (``graders``).
-- **Nothing rewrites the report after the run.** Every process left in the fork is killed (``kill -KILL
-  -1`` from the fork's shell, ``KILL_STRAYS``; bwrap sandboxes only) before the reports are read; a report that is not a regular file (a symlink
-  to something the agent wrote) is refused.
+  run, writes the report last and exits with ``os._exit`` (no ``atexit`` hook of the code under test runs
+  after it). The graders then compare the report with the checks the task declares, read from the task's
+  test files on the host (``reports.declared_checks``): a missing, renamed, skipped or deselected check
+  is a failure, and a reward file can only lower the result (``graders``).
+- **Nothing outlives the run.** Right after the test command every other process of the fork is killed
+  (``KILL_STRAYS``: ``kill -KILL -1`` from the fork's shell, bwrap sandboxes only) and again before the
+  reports are read; a report that is not a regular file (a symlink to something the agent wrote) makes
+  every report of the run refused.
 
 What is *not* guaranteed:
 
@@ -33,8 +36,11 @@ What is *not* guaranteed:
   runs with the verifier's rights, by the task's design: during the run it can patch the objects its own
   checks call, or write ``/logs/verifier`` (whose path is fixed by the Harbor convention) before the runner
   writes its report last. Against such code the defences above bound the damage (it cannot run before the
-  tests, survive the runner, or outlive the run), but an in-process forgery aimed at the runner itself is
-  not excluded; the red-team suite (``tests/grading/test_redteam.py``) lists what is covered.
+  tests or outlive the run), but two forgeries remain open and are kept as ``xfail`` cases in the red-team
+  suite (``tests/grading/test_redteam.py``): patching the runner's own functions from inside its process,
+  and a process it forks that rewrites the report in the moment between the runner writing it and the
+  kill. Closing them needs the checks to run in a process separate from the one writing the report, with
+  a channel the code under test cannot write.
 - A task whose declared ``PATH`` adds a directory the agent can write (an image's virtualenv in the
   workdir, ``/workspace/.venv/bin``) runs the programs found only there (``python`` where the system has
   only ``python3``) from it, after the system directories.
