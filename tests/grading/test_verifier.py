@@ -90,3 +90,62 @@ def test_agent_that_deleted_its_workdir_scores_zero_not_a_grader_error():
     score = run(with_backend(body))
     # the task's test.sh starts with `cd /app || exit 1`: the tests ran, found nothing and wrote no report
     assert (score.reward, score.solved, score.reason) == (0.0, False, "no_report")
+
+
+def test_test_command_gets_a_clean_environment():
+    """env -i: system PATH first (then the task's own dirs), a fresh HOME, no user site, nothing the agent exported."""
+    from fireflash.protocols import TaskEnvironment
+
+    probe = (
+        "echo PATH=$PATH; echo HOME=$HOME; echo EVIL=${EVIL:-unset}; echo NOUSER=$PYTHONNOUSERSITE; "
+        "ls -A $HOME | wc -l | sed 's/^/HOMEFILES=/'; setsid sleep 1000 >/dev/null 2>&1 & true"
+    )
+    task = Task(
+        id="t-env",
+        instruction="x",
+        environment=TaskEnvironment(env={"PATH": "/opt/venv/bin:/usr/bin", "TASKVAR": "1"}),
+        grader=GraderSpec(test_command=probe),
+        limits=TaskLimits(verifier_timeout_sec=20),
+    )
+
+    async def body(backend):
+        parent = await backend.prepare(task.environment, task.id)
+        attempt = await parent.fork()
+        await attempt.exec("echo 'export EVIL=1' >> ~/.bashrc; export EVIL=1; true")
+        output = await run_verifier(task, attempt)
+        return output.log
+
+    log = run(with_backend(body))
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/venv/bin\n" in log
+    assert "HOME=/tmp/fireflash-verifier-home." in log and "HOMEFILES=0" in log
+    assert "EVIL=unset" in log and "NOUSER=1" in log
+
+
+def test_kill_strays_is_a_no_op_outside_a_bwrap_sandbox():
+    """On the host (the unsafe-local backend) `kill -1` would hit every process of the user: guarded."""
+    import subprocess
+
+    from fireflash.grading.verifier import KILL_STRAYS
+
+    harmless = KILL_STRAYS.replace("kill -KILL -1", "echo WOULD-KILL")
+    assert harmless != KILL_STRAYS
+    out = subprocess.run(["bash", "-c", harmless], capture_output=True, text=True, check=False).stdout
+    assert "WOULD-KILL" not in out
+
+
+def test_kill_strays_kills_every_other_process_in_a_bwrap_sandbox():
+    from fireflash.grading.verifier import KILL_STRAYS
+    from fireflash.protocols import TaskEnvironment
+
+    async def body(backend):
+        sandbox = await (await backend.prepare(TaskEnvironment(), "t-kill")).fork()
+        before = await sandbox.exec(
+            "setsid sleep 1000 >/dev/null 2>&1 & sleep 0.3; grep -la '^sleep.1000' /proc/[0-9]*/cmdline | wc -l"
+        )
+        after = await sandbox.exec(
+            f"{KILL_STRAYS}; sleep 0.3; grep -la '^sleep.1000' /proc/[0-9]*/cmdline | wc -l"
+        )
+        return before.preview.strip(), after.preview.strip()
+
+    before, after = run(with_backend(body))
+    assert before.endswith("1") and after.endswith("0"), (before, after)

@@ -13,15 +13,21 @@ Built-ins are chosen with a plain dict (STYLE.md 11, 13); any dotted path to a `
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ctypes
 import functools
 import importlib
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from fireflash.grading.reports import (
     ReportError,
+    declared_checks,
     match_checks,
+    match_declared,
     parse_junit,
     parse_reward_json,
     parse_reward_txt,
@@ -69,47 +75,75 @@ def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) 
 def score_tests(
     output: VerifierOutput, expected_checks: list[str] | None = None, free_checks: Collection[str] = ()
 ) -> Score:
-    """Score a verifier run: reward file if the task wrote one, else JUnit partial credit (RECIPE.md §3).
+    """Score a verifier run against the checks the task declares (RECIPE.md §3; fail closed, issue 27).
+
+    With ``expected_checks`` (test node ids: the task's ``metadata.expected_checks`` or, by default in
+    ``TestsGrader``, every test its files declare, ``reports.declared_checks``), reward = declared checks
+    passed / declared checks: a check missing from the JUnit report (renamed, deleted, deselected, never
+    collected) or skipped counts as failed, and cases the task does not declare count for nothing. A
+    ``reward.txt``/``reward.json`` the tests wrote can only lower that fraction (the smaller one is
+    taken). Without declared checks (a task whose tests are not test files) the reward file decides, else
+    the JUnit report's own cases.
 
     Args:
         output: the raw verifier outcome.
-        expected_checks: test ids that must appear in the JUnit report; one that is missing counts as failed.
-        free_checks: checks that earn no partial credit (``partial_credit``); a reward file ignores them.
+        expected_checks: test ids that must appear (and pass) in the JUnit report.
+        free_checks: checks that earn no partial credit (``partial_credit``, gate 6's calibration), in the
+            id space of ``expected_checks`` (else of the JUnit report).
 
     Returns:
         A ``Score``; malformed or missing reports give reward 0 with ``reason`` 'bad_report' / 'no_report',
         a hung verifier gives reward 0 with reason 'timeout'.
     """
     if output.timed_out:
-        return _zero(output, "timeout")
+        return _zero(output, "timeout", total=len(expected_checks or []))
     if output.error and not output.reports:
-        return _zero(output, "grader_error")
+        return _zero(output, "grader_error", total=len(expected_checks or []))
     try:
         checks = parse_junit(output.reports["junit.xml"]) if "junit.xml" in output.reports else None
+        file_reward = None
         for name, parse in (("reward.json", parse_reward_json), ("reward.txt", parse_reward_txt)):
             if name in output.reports:
-                reward = parse(output.reports[name])
-                passed = sum(c.passed for c in checks) if checks else int(reward >= 1.0)
-                total = len(checks) if checks else 1
-                solved = reward >= 1.0 and passed == total
-                return Score(
-                    reward=reward, solved=solved, checks_passed=passed, checks_total=total, **_base(output)
-                )
+                file_reward = parse(output.reports[name])
+                break
     except ReportError as e:
-        return _zero(output, "bad_report", str(e))
-    if checks is None:
+        return _zero(output, "bad_report", str(e), total=len(expected_checks or []))
+    if expected_checks:
+        if checks is None:
+            return _zero(
+                output,
+                "no_report",
+                f"the task declares {len(expected_checks)} checks but the tests wrote no junit.xml",
+                total=len(expected_checks),
+            )
+        outcome = match_declared(expected_checks, checks)
+    elif checks is not None:
+        outcome = {c.id: c.passed for c in checks}
+    elif file_reward is not None:
+        solved = file_reward >= 1.0
+        return Score(
+            reward=file_reward, solved=solved, checks_passed=int(solved), checks_total=1, **_base(output)
+        )
+    else:
         return _zero(output, "no_report", "the tests wrote no reward.txt, reward.json or junit.xml")
-    outcome = match_checks(expected_checks, checks) if expected_checks else {c.id: c.passed for c in checks}
     total, passed = len(outcome), sum(outcome.values())
     if total == 0:
         return _zero(output, "no_checks", "the JUnit report holds no test case")
-    return Score(
-        reward=partial_credit(outcome, free_checks),
-        solved=passed == total,
+    reward = partial_credit(outcome, free_checks)
+    if file_reward is not None:
+        reward = min(file_reward, reward)
+    score = Score(
+        reward=reward,
+        solved=passed == total and reward >= 1.0,
         checks_passed=passed,
         checks_total=total,
         **_base(output),
     )
+    failed = [k for k, v in outcome.items() if not v]
+    if failed:
+        note = f"declared checks failed, skipped or missing from the report: {', '.join(failed)}"
+        score.log = f"{score.log}\n[grader] {note}"[-LOG_TAIL_CHARS:]
+    return score
 
 
 def score_swe(output: VerifierOutput, fail_to_pass: list[str], pass_to_pass: list[str]) -> Score:
@@ -148,13 +182,14 @@ def score_swe(output: VerifierOutput, fail_to_pass: list[str], pass_to_pass: lis
 
 
 class TestsGrader:
-    """Runs the task's tests on a fork; reward file or JUnit partial credit (``score_tests``)."""
+    """Runs the task's tests on a fork; JUnit partial credit over the declared checks (``score_tests``)."""
 
     __test__ = False  # not a pytest class
 
     async def grade(self, task: Task, sandbox: Sandbox) -> Score:
         output = await run_verifier(task, sandbox)
-        return score_tests(output, task.metadata.get("expected_checks"), task.metadata.get("free_checks", ()))
+        expected = task.metadata.get("expected_checks") or declared_checks(task.grader.tests_dir)
+        return score_tests(output, expected, task.metadata.get("free_checks", ()))
 
 
 class SweGrader:
@@ -173,6 +208,128 @@ class FunctionGrader:
 
     async def grade(self, task: Task, sandbox: Sandbox) -> Score:
         return await self.fn(task, sandbox)
+
+
+GRADER_GRACE_SEC = 1.0
+"""Seconds past ``task.limits.verifier_timeout_sec`` a custom grader may take before it is stopped."""
+
+
+class GraderTimeout(RuntimeError):
+    """A custom grader ran past its time limit and was stopped; the attempt's try fails and is retried."""
+
+
+class _ThreadSandbox:
+    """The attempt's sandbox as seen from a grader's worker thread: every call runs on the caller's loop.
+
+    Sandboxes hold pipes bound to the loop that made them, so the grader's own loop (in its thread) asks
+    that loop to do the work. After ``revoke`` (the grader timed out) every call raises, and the forks it
+    made are closed by ``close_forks``.
+    """
+
+    def __init__(self, sandbox: Sandbox, loop: asyncio.AbstractEventLoop, forks: list[Sandbox]) -> None:
+        self._sandbox, self._loop, self._forks = sandbox, loop, forks
+        self.revoked = False
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.revoked:
+            raise GraderTimeout("the grader's time is up; its sandbox is no longer available")
+        future = asyncio.run_coroutine_threadsafe(getattr(self._sandbox, name)(*args, **kwargs), self._loop)
+        return await asyncio.wrap_future(future)
+
+    async def exec(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("exec", *args, **kwargs)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._call("read_file", path)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        return await self._call("write_file", path, data, mode)
+
+    async def fork(self) -> _ThreadSandbox:
+        child = await self._call("fork")
+        self._forks.append(child)
+        return _ThreadSandbox(child, self._loop, self._forks)
+
+    async def jobs(self) -> Any:
+        return await self._call("jobs")
+
+    async def kill_job(self, job_id: str) -> None:
+        return await self._call("kill_job", job_id)
+
+    async def diff(self) -> list[str]:
+        return await self._call("diff")
+
+    async def close(self) -> None:
+        return await self._call("close")
+
+
+class IsolatedGrader:
+    """Runs a custom grader in a worker thread with its own event loop and a hard time limit.
+
+    A custom grader is code the framework does not control: one that blocks (``time.sleep``, a busy loop,
+    a synchronous subprocess) would stall every attempt sharing the event loop. Here it blocks only its
+    thread; after ``timeout_sec`` (default: the task's verifier timeout + ``GRADER_GRACE_SEC``) ``grade``
+    raises ``GraderTimeout`` (an infrastructure failure: ``scored_attempt`` retries the try, the loop never
+    waits), the sandbox it was given stops answering, the forks it made are closed, and the thread gets an
+    asynchronous ``GraderTimeout`` that stops it at its next Python bytecode. Not guaranteed: a grader
+    stuck inside one C call (a long ``time.sleep``) keeps its thread until that call returns (a daemon
+    thread: it never holds the process open), though it can no longer touch a sandbox.
+    """
+
+    def __init__(self, inner: Grader, timeout_sec: float | None = None) -> None:
+        self.inner = inner
+        self.timeout_sec = timeout_sec
+
+    async def grade(self, task: Task, sandbox: Sandbox) -> Score:
+        """The inner grader's score, or ``GraderTimeout`` past the limit (seconds); its errors propagate."""
+        limit = self.timeout_sec or task.limits.verifier_timeout_sec + GRADER_GRACE_SEC
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Score] = loop.create_future()
+        forks: list[Sandbox] = []
+        proxy = _ThreadSandbox(sandbox, loop, forks)
+
+        def deliver(ok: bool, value: Any) -> None:
+            if not done.done():
+                (done.set_result if ok else done.set_exception)(value)
+
+        def work() -> None:
+            try:
+                score = asyncio.run(self.inner.grade(task, proxy))  # type: ignore[arg-type]
+                loop.call_soon_threadsafe(deliver, True, score)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, which decides
+                try:
+                    loop.call_soon_threadsafe(
+                        deliver, False, e if isinstance(e, Exception) else RuntimeError(repr(e))
+                    )
+                except RuntimeError:  # the caller's loop is closed: nobody waits any more
+                    pass
+
+        thread = threading.Thread(target=work, name=f"grader-{task.id}", daemon=True)
+        thread.start()
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.shield(done)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            # timed out, or the attempt itself was cancelled: either way the grader must stop touching
+            # the sandbox, which its caller is about to close
+            proxy.revoked = True
+            _raise_in_thread(thread, GraderTimeout)
+            for fork in forks:
+                # best effort: a fork that cannot close now is closed with its backend at the end
+                with contextlib.suppress(Exception):
+                    await fork.close()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise GraderTimeout(
+                f"grader {type(self.inner).__name__} for task {task.id} ran past its {limit:.1f} s limit "
+                "(verifier timeout + GRADER_GRACE_SEC); stopped, the try is retried"
+            ) from None
+
+
+def _raise_in_thread(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Ask CPython to raise ``exc`` in ``thread`` at its next bytecode (no-op if it already ended)."""
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc))
 
 
 GRADERS: dict[str, type] = {"tests": TestsGrader, "swe": SweGrader}
@@ -196,7 +353,8 @@ def make_grader(spec: GraderSpec | str) -> Grader:
     """A grader for ``spec.kind``: a built-in name ('tests', 'swe') or a dotted path.
 
     A dotted path may name a class (instantiated without arguments, must have ``async grade``) or an
-    ``async def grade(task: Task, sandbox: Sandbox) -> Score`` function.
+    ``async def grade(task: Task, sandbox: Sandbox) -> Score`` function. Such custom graders run under
+    ``IsolatedGrader``: in a worker thread with a hard limit, so one that blocks cannot stall the loop.
 
     Raises:
         ValueError: unknown name, unimportable path, or an object that is neither.
@@ -208,9 +366,9 @@ def make_grader(spec: GraderSpec | str) -> Grader:
     if inspect.isclass(obj):
         obj = obj()
     if hasattr(obj, "grade"):
-        return obj
+        return IsolatedGrader(obj)
     if inspect.iscoroutinefunction(obj):
-        return FunctionGrader(obj)
+        return IsolatedGrader(FunctionGrader(obj))
     raise ValueError(
         f"grader kind {kind!r}: {obj!r} is neither a Grader class nor an async grade(task, sandbox) function"
     )

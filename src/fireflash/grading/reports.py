@@ -8,12 +8,14 @@ training (RECIPE.md §3, gate 8).
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class ReportError(ValueError):
@@ -129,3 +131,64 @@ def match_checks(expected_ids: Iterable[str], results: list[CheckResult]) -> dic
 def _suffix_match(a: str, b: str) -> bool:
     short, long = sorted((a.split("."), b.split(".")), key=len)
     return long[len(long) - len(short) :] == short
+
+
+def declared_checks(tests_dir: Path | None) -> list[str]:
+    """The checks a task's test files declare, as pytest node ids, read from their source (AST).
+
+    Test files are ``test_*.py`` and ``*_test.py`` anywhere under ``tests_dir``; their checks are the
+    module-level ``test_*`` functions and the ``test_*`` methods of module-level ``Test*`` classes
+    (``sub/test_a.py::TestX::test_y``). Read on the host from the task's own files, independently of any
+    run, so code the tests import cannot remove a check from the list. A file that does not parse
+    declares nothing here (the runner then reports its import failure).
+
+    Returns:
+        Node ids in file order; empty when ``tests_dir`` is None, missing or declares no test.
+    """
+    if tests_dir is None or not tests_dir.is_dir():
+        return []
+    ids: list[str] = []
+    files = sorted(
+        p for p in tests_dir.rglob("*.py") if p.name.startswith("test_") or p.stem.endswith("_test")
+    )
+    for path in files:
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        rel = path.relative_to(tests_dir).as_posix()
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+                ids.append(f"{rel}::{node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                ids += [
+                    f"{rel}::{node.name}::{m.name}"
+                    for m in node.body
+                    if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
+                ]
+    return ids
+
+
+_PARAMS = re.compile(r"\[.*\]$", re.DOTALL)
+
+
+def match_declared(declared_ids: Iterable[str], results: list[CheckResult]) -> dict[str, bool]:
+    """Whether each declared check passed; a declared function with no report case fails.
+
+    A declared function matches the cases named like it, parametrised or not (``test_x`` and ``test_x[1]``),
+    whose dotted key ends with the declared one component-wise (pytest's class names depend on its rootdir).
+    One matching case gives one check under the declared id; several (parametrised) give one check each,
+    keyed ``<declared id>[<params>]``, so partial credit stays per case. Missing, skipped or failed cases
+    fail; cases the declaration does not name are ignored.
+    """
+    outcome: dict[str, bool] = {}
+    for test_id in declared_ids:
+        key = junit_key(test_id)
+        found = [r for r in results if _suffix_match(key, _PARAMS.sub("", r.id))]
+        if len(found) <= 1:
+            outcome[test_id] = bool(found) and found[0].passed
+            continue
+        for r in found:
+            params = _PARAMS.search(r.id)
+            outcome[f"{test_id}{params.group(0) if params else '#' + r.id}"] = r.passed
+    return outcome

@@ -1,11 +1,58 @@
 """Run a task's tests on a fork of an attempt's final state and collect what they report.
 
-The agent never sees the tests: they are written into the fork (``write_file`` per file) only after
-the attempt ended. ``/logs/verifier`` and ``/tests`` are deleted and recreated in the fork before the tests run, so no
-reward file, symlink or report the agent planted survives (RECIPE.md §3, STYLE.md 11). The run has its
-own timeout: a hung verifier yields ``timed_out`` and never stalls training.
-
     output = await run_verifier(task, attempt_sandbox)   # the attempt's sandbox is left untouched
+
+What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process the attempt cannot program):
+
+- **No process of the attempt takes part.** Grading runs in ``sandbox.fork()``, which has the attempt's
+  files but fresh processes (``Sandbox.fork``): a server, watcher or rewriter the agent left running is
+  not in the fork and cannot see its files.
+- **The grader's files are fresh.** ``/tests`` and ``/logs/verifier`` are emptied and recreated in the fork,
+  the tests (runner included) are written from the task's own directory on the host after the attempt
+  ended, and the listing check proves nothing the agent planted (report, symlink, test) survives.
+- **A clean start-up environment.** The test command runs under ``env -i`` with ``PATH`` the system
+  directories first (``SYSTEM_PATH``, then any the task's own ``PATH`` adds), ``HOME`` a new empty
+  directory in the fork's fresh ``/tmp``, no ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD``
+  or anything else from the agent's shell, ``PYTHONNOUSERSITE=1`` and bash without start-up files: the
+  agent's ``~/.bashrc``, ``~/.profile``, ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and
+  exported variables are never read. Only the task's declared environment (``TaskEnvironment.env``) and
+  the verifier's own variables are set. The verifier's own commands in the fork (reset, listing, kill)
+  run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
+- **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
+  working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
+  ``csv``), takes the checks a file declares from its source (AST), fails any declared check it could not
+  run, writes the report last and exits with ``os._exit`` (no ``atexit`` hook of the code under test runs
+  after it). The graders then compare the report with the checks the task declares, read from the task's
+  test files on the host (``reports.declared_checks``): a missing, renamed, skipped or deselected check
+  is a failure, and a reward file can only lower the result (``graders``).
+- **Nothing outlives the run.** Right after the test command every other process of the fork is killed
+  (``KILL_STRAYS``: ``kill -KILL -1`` from the fork's shell, bwrap sandboxes only) and again before the
+  reports are read; a report that is not a regular file (a symlink to something the agent wrote) makes
+  every report of the run refused.
+
+What is *not* guaranteed:
+
+- Code that the task's tests themselves run (the module under test they import, a script they execute)
+  runs with the verifier's rights, by the task's design: during the run it can patch the objects its own
+  checks call, or write ``/logs/verifier`` (whose path is fixed by the Harbor convention) before the runner
+  writes its report last. Against such code the defences above bound the damage (it cannot run before the
+  tests or outlive the run), but two forgeries remain open and are kept as ``xfail`` cases in the red-team
+  suite (``tests/grading/test_redteam.py``): patching the runner's own functions from inside its process,
+  and a process it forks that rewrites the report in the moment between the runner writing it and the
+  kill. Closing them needs the checks to run in a process separate from the one writing the report, with
+  a channel the code under test cannot write.
+- A task whose declared ``PATH`` adds a directory the agent can write (an image's virtualenv in the
+  workdir, ``/workspace/.venv/bin``) runs the programs found only there (``python`` where the system has
+  only ``python3``) from it, after the system directories.
+- ``python3 -m pytest`` puts its working directory first on ``sys.path`` (pytest's own semantics; the
+  tests of such a task import the workdir's modules that way), so there the workdir can shadow the stdlib.
+  The bundled tasks use ``junit_runner.py``, which does not.
+- A sandbox whose system directories (``/usr``) are writable by the agent (a container task run as root)
+  can replace the interpreter itself; the bwrap backend mounts them read-only.
+- A task's own ``test.sh`` may undo all of this (source the agent's files, put the workdir first on
+  ``PYTHONPATH``); bundled tasks do not.
+
+The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """
 
 from __future__ import annotations
@@ -16,7 +63,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fireflash.protocols import Sandbox, Task
+from fireflash.protocols import ExecResult, Sandbox, Task
 
 VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
@@ -26,6 +73,13 @@ MAX_REPORT_BYTES = 8 * 1024 * 1024
 # pytest honours these even when a task's script does not pass them: JUnit for partial credit, no
 # colour codes in logs, no cache directory written into the graded tree.
 PYTEST_ADDOPTS = f"-p no:cacheprovider --color=no --junitxml={VERIFIER_DIR}/junit.xml"
+# The only PATH the test command gets: system directories, none the agent can write in a bwrap sandbox.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Kill every process the shell can signal but itself and pid 1, only where pid 1 is the bwrap sandbox's
+# keeper (its command line names FF_CTL_FD; sandbox/shell.py): in its own pid namespace that is every
+# process of the fork. Anywhere else (the unsafe-local backend runs on the host) `kill -1` would hit every
+# process of the user, so nothing is killed there.
+KILL_STRAYS = "if /bin/grep -qa FF_CTL_FD /proc/1/cmdline 2>/dev/null; then kill -KILL -1 2>/dev/null; fi"
 # Seconds added to the verifier timeout before the grader gives up on the sandbox itself.
 SANDBOX_GRACE_SEC = 15.0
 
@@ -84,7 +138,8 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
     try:
         # The fork's user may not delete /tests or /logs themselves (root-owned parents); emptying them
         # is enough. The listing proves nothing the agent left behind survives.
-        await fork.exec(
+        await _exec(
+            fork,
             f"find {TESTS_DIR} {VERIFIER_DIR} -mindepth 1 -delete 2>/dev/null; rm -rf {TESTS_DIR} {VERIFIER_DIR} 2>/dev/null; true",
             timeout_sec=30,
         )
@@ -103,7 +158,7 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
                 f"cannot write {e.filename or TESTS_DIR} in the grading fork ({e.strerror}); the "
                 f"sandbox backend must let its user create {TESTS_DIR} and {VERIFIER_DIR}",
             )
-        prep = await fork.exec(f"ls -A {VERIFIER_DIR}", timeout_sec=30)
+        prep = await _exec(fork, f"ls -A {VERIFIER_DIR}", timeout_sec=30)
         if prep.exit_code != 0 or prep.preview.split() != [MARKER]:
             return VerifierOutput(
                 {},
@@ -113,18 +168,10 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
                 time.monotonic() - start,
                 f"{VERIFIER_DIR} is not empty after the reset: {prep.preview[:200]!r}",
             )
-        env = {
-            "NO_COLOR": "1",
-            "PY_COLORS": "0",
-            "TERM": "dumb",
-            "TEST_DIR": TESTS_DIR,
-            "PYTEST_ADDOPTS": PYTEST_ADDOPTS,
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        workdir = shlex.quote(task.environment.workdir)
-        command = f"cd {workdir} 2>/dev/null; export {exports}; {task.grader.test_command}"
-        result = await fork.exec(command, timeout_sec=timeout)
+        result = await _exec(fork, verifier_command(task), timeout_sec=timeout)
+        # a process the tests started (the code under test may fork a rewriter) must not outlive them:
+        # kill everything but this shell and pid 1 before the reports are read
+        await _exec(fork, f"{KILL_STRAYS}; true", timeout_sec=30)
         reports, error = await _read_reports(fork)
         return VerifierOutput(
             reports, result.exit_code, result.timed_out, result.preview, time.monotonic() - start, error
@@ -133,18 +180,71 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
         await fork.close()
 
 
+async def _exec(fork: Sandbox, command: str, timeout_sec: float) -> ExecResult:
+    """``fork.exec`` with ``PATH`` reset to ``SYSTEM_PATH`` first: the fork's shell starts with the task's
+    ``PATH``, which may name an agent-writable directory (a venv in the workdir) holding a fake ``ls``,
+    ``find`` or ``rm`` that would hide a planted report."""
+    return await fork.exec(f"PATH={SYSTEM_PATH}; export PATH; {command}", timeout_sec=timeout_sec)
+
+
+def verifier_env(task: Task) -> dict[str, str]:
+    """Every environment variable the test command gets (nothing from the agent's shell or files).
+
+    The task's declared ``environment.env`` first, then the verifier's own variables, which win. ``PATH``
+    is ``SYSTEM_PATH`` followed by the directories the task's own ``PATH`` adds (an image's virtualenv):
+    a program named like a system one always resolves to the system one.
+    """
+    system = SYSTEM_PATH.split(":")
+    extra = [d for d in task.environment.env.get("PATH", "").split(":") if d and d not in system]
+    return dict(task.environment.env) | {
+        "PATH": ":".join(system + list(dict.fromkeys(extra))),
+        "LANG": "C.UTF-8",
+        "NO_COLOR": "1",
+        "PY_COLORS": "0",
+        "TERM": "dumb",
+        "TEST_DIR": TESTS_DIR,
+        "PYTEST_ADDOPTS": PYTEST_ADDOPTS,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+def verifier_command(task: Task) -> str:
+    """The shell line run in the grading fork: a fresh ``HOME``, ``env -i`` with ``verifier_env``, the
+    workdir as cwd, and ``task.grader.test_command`` under a bash that reads no start-up file; then every
+    other process of the fork is killed at once (a rewriter the tests started gets no time after the
+    report is written). The line's exit status is the test command's (97: no fresh ``HOME``)."""
+    exports = " ".join(shlex.quote(f"{k}={v}") for k, v in verifier_env(task).items())
+    workdir = shlex.quote(task.environment.workdir)
+    test = shlex.quote(task.grader.test_command)
+    return (
+        # /tmp is a fresh tmpfs in every fork: the agent never saw this directory. No `exit`: this runs in
+        # the fork's persistent shell.
+        "if ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX); then "
+        f"cd {workdir} 2>/dev/null; "
+        f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {test}; ff_rc=$?; '
+        f"else ff_rc=97; fi; {KILL_STRAYS}; (exit $ff_rc)"
+    )
+
+
 async def _read_reports(fork: Sandbox) -> tuple[dict[str, bytes], str]:
     names = " ".join(REPORT_FILES)
-    listing = await fork.exec(
-        f'cd {VERIFIER_DIR} && for f in {names}; do [ -f "$f" ] && echo "$f $(stat -c %s "$f")"; done; true',
+    listing = await _exec(
+        fork,
+        f'cd {VERIFIER_DIR} && for f in {names}; do if [ -L "$f" ]; then echo "$f link"; '
+        f'elif [ -e "$f" ]; then echo "$f $(stat -c %s "$f")"; fi; done; true',
         timeout_sec=30,
     )
     reports: dict[str, bytes] = {}
     errors = []
     for line in listing.preview.splitlines():
         name, _, size = line.partition(" ")
-        if name not in REPORT_FILES or not size.isdigit():
+        if name not in REPORT_FILES:
             continue
+        if not size.isdigit():
+            # a symlink or a directory: the runner writes plain files; anything else was planted
+            # planted during the run by code the tests executed: no report of this run is trusted
+            return {}, f"{name} in {VERIFIER_DIR} is not a regular file; every report refused"
         if int(size) > MAX_REPORT_BYTES:
             errors.append(f"{name} is {size} bytes (> {MAX_REPORT_BYTES})")
             continue

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from fireflash.grading.graders import GRADERS, score_swe, score_tests
-from fireflash.grading.reports import ReportError, match_checks, parse_junit
+from fireflash.grading.reports import ReportError, declared_checks, match_declared, parse_junit
 from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
@@ -164,8 +164,9 @@ def _outcome(task: Task, output: Any) -> dict[str, bool]:
         checks = parse_junit(output.reports["junit.xml"])
     except (KeyError, ReportError):
         return {}
-    expected = task.metadata.get("expected_checks")
-    return match_checks(expected, checks) if expected else {c.id: c.passed for c in checks}
+    # TestsGrader.grade's ids: the task's expected checks, else those its test files declare
+    expected = task.metadata.get("expected_checks") or declared_checks(task.grader.tests_dir)
+    return match_declared(expected, checks) if expected else {c.id: c.passed for c in checks}
 
 
 async def _probes(s: GateContext) -> AsyncIterator[tuple[str, Sandbox]]:

@@ -5,6 +5,16 @@ sync). It runs the ``test_*`` functions of pytest-style files (plain ``assert``)
 time limit, in definition order, and records every one in the report; a file that fails to import
 records one failed case per test it defines (or one ``collection`` case), so no check goes missing.
 
+Fail closed: the checks a file declares are read from its source (AST: module-level ``test_*``
+functions), independently of importing it; a declared check that is not found after the import (deleted
+or renamed by code the import ran, e.g. a shadowed stdlib module) is recorded as failed.
+
+Isolation: the working directory (where the code under test lives) goes on ``sys.path`` *after* the
+standard library and site-packages, so a ``csv.py`` in it cannot shadow ``csv``; the user site and
+``.pth``-style start-up hooks are the verifier's concern (it runs this with a clean environment). The
+report is written last and the process leaves with ``os._exit``: ``atexit`` hooks and threads started by
+the code under test never run after the report is written.
+
     python3 /tests/junit_runner.py --junitxml /logs/verifier/junit.xml /tests/test_outputs.py
 """
 
@@ -46,7 +56,11 @@ def _declared_tests(path):
 
 
 def run_file(path):
-    """Yield (name, seconds, failure message or None) for each test function in ``path``."""
+    """Yield (name, seconds, failure message or None) for each test function ``path`` declares.
+
+    Declared (AST) tests missing after the import yield a failure; tests only the import created
+    (not in the source) are not run.
+    """
     module_name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -57,8 +71,13 @@ def run_file(path):
         for name in _declared_tests(path) or ["collection"]:
             yield name, 0.0, message
         return
-    tests = [(n, f) for n, f in vars(module).items() if n.startswith("test_") and callable(f)]
-    for name, fn in tests:
+    declared = _declared_tests(path)
+    found = vars(module)
+    for name in declared:
+        fn = found.get(name)
+        if not callable(fn):
+            yield name, 0.0, "declared in the test file but missing after its import (renamed or deleted)"
+            continue
         start = time.monotonic()
         signal.alarm(PER_TEST_TIMEOUT_SEC)
         try:
@@ -77,7 +96,10 @@ def main(argv=None):
     parser.add_argument("files", nargs="+", help="pytest-style test files")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGALRM, _on_alarm)
-    sys.path.insert(0, os.getcwd())
+    # the code under test is imported from the working directory, but after the stdlib and site-packages:
+    # a module there named like a stdlib one (csv.py) must not replace it for the tests
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)] + [cwd]
     suites = ET.Element("testsuites")
     n_failed = 0
     for path in args.files:
@@ -98,4 +120,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # not sys.exit: atexit hooks or threads the code under test registered must not run after the report
+    os._exit(code)
