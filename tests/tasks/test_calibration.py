@@ -18,7 +18,7 @@ from fireflash.tasks.loader import TaskLoadError, load_pool, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"
 WORD_COUNT = FIXTURES / "valid-word-count"
-FREE = ["test_outputs.test_input_unchanged", "test_outputs.test_output_exists"]
+FREE = ["test_outputs.py::test_input_unchanged", "test_outputs.py::test_output_exists"]  # declared node ids
 
 
 async def _calibrate_and_grade(tmp_path: Path) -> tuple[GateReport, list[float]]:

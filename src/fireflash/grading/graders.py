@@ -72,6 +72,12 @@ def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) 
     return earned / counted if counted else 0.0
 
 
+def task_checks(task: Task) -> list[str]:
+    """The check ids a task is scored over: ``metadata.expected_checks``, else every check its test files
+    declare (``reports.declared_checks``); the id space of ``score_tests`` and of gate 6's free checks."""
+    return task.metadata.get("expected_checks") or declared_checks(task.grader.tests_dir)
+
+
 def score_tests(
     output: VerifierOutput, expected_checks: list[str] | None = None, free_checks: Collection[str] = ()
 ) -> Score:
@@ -188,8 +194,7 @@ class TestsGrader:
 
     async def grade(self, task: Task, sandbox: Sandbox) -> Score:
         output = await run_verifier(task, sandbox)
-        expected = task.metadata.get("expected_checks") or declared_checks(task.grader.tests_dir)
-        return score_tests(output, expected, task.metadata.get("free_checks", ()))
+        return score_tests(output, task_checks(task), task.metadata.get("free_checks", ()))
 
 
 class SweGrader:

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from fireflash.grading.graders import GRADERS, score_swe, score_tests
-from fireflash.grading.reports import ReportError, declared_checks, match_declared, parse_junit
+from fireflash.grading.graders import GRADERS, score_swe, score_tests, task_checks
+from fireflash.grading.reports import ReportError, match_declared, parse_junit
 from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
@@ -164,8 +164,7 @@ def _outcome(task: Task, output: Any) -> dict[str, bool]:
         checks = parse_junit(output.reports["junit.xml"])
     except (KeyError, ReportError):
         return {}
-    # TestsGrader.grade's ids: the task's expected checks, else those its test files declare
-    expected = task.metadata.get("expected_checks") or declared_checks(task.grader.tests_dir)
+    expected = task_checks(task)
     return match_declared(expected, checks) if expected else {c.id: c.passed for c in checks}
 
 
@@ -196,7 +195,7 @@ async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
     if calibrate:
         free = sorted({c for _, out in runs for c, ok in _outcome(s.task, out).items() if ok})
         s.free_checks = free
-        runs = [(label, score_tests(out, s.task.metadata.get("expected_checks"), free)) for label, out in runs]
+        runs = [(label, score_tests(out, task_checks(s.task), free)) for label, out in runs]
     details = [f"{label} {fmt(score)}" for label, score in runs]
     ok = all(score.reward == 0.0 for _, score in runs)
     if calibrate and s.free_checks:

@@ -34,9 +34,9 @@ import time
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from fireflash.protocols import SCHEMA_VERSION, SandboxBackend, Task
 from fireflash.tasks.checks import GATES
@@ -66,6 +66,14 @@ class GateResult(BaseModel):
     status: Literal["passed", "failed", "skipped"]
     detail: str = ""
     duration_sec: float = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        """A report read back carries ``passed``, which is derived from ``status``."""
+        if isinstance(data, dict) and "passed" in data:
+            data = {k: v for k, v in data.items() if k != "passed"}
+        return data
 
     @computed_field  # kept in the JSON next to ``status``, as reports before "skipped" existed had it
     @property
