@@ -52,6 +52,19 @@ class TaskEnvironment(Record):
     storage_mb: int = Field(1024, gt=0, description="Disk cap of the writable layer, MiB.")
     pids_max: int = Field(512, gt=0, description="Process/thread limit.")
     allow_internet: bool = Field(False, description="Network access (always off in training).")
+    image: str | None = Field(
+        None,
+        description="A local OCI image (reference or id) whose files are the sandbox's root, read-only under its "
+        "writable overlay; None: the host's own userland (/usr, /etc) with the Dockerfile materialised.",
+    )
+    user: str | None = Field(
+        None,
+        description="Image user the agent's commands run as ('name', 'uid', 'name:group', 'uid:gid'); None: root "
+        "(inside the sandbox's user namespace, never host root). Image-backed sandboxes only.",
+    )
+    verifier_user: str | None = Field(
+        None, description="Image user the verifier runs as, in the same forms; None: as `user`. Image-backed only."
+    )
 
 
 class GraderSpec(Record):
@@ -279,8 +292,11 @@ class Sandbox(Protocol):
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
 
-    async def fork(self) -> Sandbox:
-        """A copy-on-write child with this sandbox's current files (not its processes)."""
+    async def fork(self, user: str | None = None) -> Sandbox:
+        """A copy-on-write child with this sandbox's current files (not its processes).
+
+        ``user``: the child's user (``TaskEnvironment.user`` forms; the verifier's); None: this sandbox's.
+        """
         ...
 
     async def jobs(self) -> list[Job]: ...

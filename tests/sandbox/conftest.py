@@ -1,6 +1,9 @@
 """Fixtures for sandbox tests: one event loop, backend and task parent per module; a fresh fork per test.
 
 Every fixture checks on teardown that nothing is left behind: no process, mount, cgroup or directory.
+``sandbox_image`` is the image of the image-backed tests (fixtures/image-task), built with the host's
+podman on first use (~1 min; the Debian trixie base must exist or is built, ~1.5 min); without podman,
+or not as root, those tests skip.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import pytest
 
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig, linux, make_backend
+from fireflash.sandbox.containers import ContainerToolMissing, find_tool
+
+IMAGE_TASK = Path(__file__).parent / "fixtures" / "image-task"
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 
@@ -136,3 +142,27 @@ def sandbox(run: Run, parent: Any) -> Iterator[Any]:
     processes = sandbox_processes(s) if not s.closed else []
     run(s.close())
     assert_sandbox_left_nothing(s, processes)
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Reference of the image-backed tests' image (fixtures/image-task: trixie, python3, procps, strace, user agent)."""
+    if os.geteuid() != 0:
+        pytest.skip("image-backed sandboxes need root (as the bwrap backend does)")
+    try:
+        tool = find_tool("auto")
+    except ContainerToolMissing as e:
+        pytest.skip(f"no container tool: {e}")
+    if tool.kind == "buildah":
+        pytest.skip("buildah alone cannot export an image's files; install podman")
+    from fireflash.tasks.images import task_image
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FIREFLASH_CACHE", str(tmp_path_factory.mktemp("image-cache")))
+        return task_image(IMAGE_TASK, SandboxConfig(), tool, say=lambda line: None).image
+
+
+@pytest.fixture(scope="session")
+def image_rootfs_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where this session's backends export image root filesystems (once per image and session)."""
+    return str(tmp_path_factory.mktemp("rootfs"))

@@ -238,6 +238,16 @@ def test_bad_environment_errors(run, backend, tmp_path):
         run(backend.prepare(TaskEnvironment(dockerfile=tmp_path / "Dockerfile"), "docker"))
 
 
+def test_users_are_refused_by_name_on_the_hosts_userland(run, backend, sandbox):
+    """[agent]/[verifier] user need the task's image: never silently run as the sandbox uid instead."""
+    with pytest.raises(SandboxError, match=r"sets \[agent\].user = 'app'.*sandbox.task_images"):
+        run(backend.prepare(TaskEnvironment(user="app"), "with-user"))
+    with pytest.raises(SandboxError, match=r"sets \[verifier\].user = 'root'"):
+        run(backend.prepare(TaskEnvironment(verifier_user="root"), "with-verifier-user"))
+    with pytest.raises(SandboxError, match=r"fork\(user='root'\): users are honoured only"):
+        run(sandbox.fork(user="root"))
+
+
 def test_invalid_exec_arguments(run, sandbox):
     with pytest.raises(ValueError, match="on_timeout"):
         run(sandbox.exec("true", on_timeout="ignore"))

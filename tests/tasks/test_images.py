@@ -207,8 +207,10 @@ def test_fixture_task_builds_with_substitution_apt_pip_stages_and_copies(built):
 @pytest.mark.images
 @pytest.mark.timeout(600)
 def test_rootfs_has_the_images_files_and_runs_its_python(podman, built, tmp_path):
-    rootfs = image_rootfs(podman, built[0].image, tmp_path / "rootfs")
-    assert image_rootfs(podman, built[0].image, tmp_path / "rootfs") == rootfs  # exported once
+    base = SandboxConfig().image_uid_base
+    rootfs = image_rootfs(podman, built[0].image, tmp_path / "rootfs", base)
+    assert image_rootfs(podman, built[0].image, tmp_path / "rootfs", base) == rootfs  # exported once
+    assert rootfs.stat().st_uid == base and (rootfs / "usr/bin/tree").stat().st_uid == base  # root's: shifted
     assert (rootfs / "usr/bin/tree").is_file()  # the apt package (the host lacks it)
     assert (rootfs / "opt/stage-one.txt").read_text() == "made in the build stage\n"
     assert json.loads((rootfs / "etc/fixture/config.json").read_text()) == {"name": "fireflash"}

@@ -134,7 +134,8 @@ async def run_verifier(task: Task, sandbox: Sandbox, timeout_sec: float | None =
 
 
 async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> VerifierOutput:
-    fork = await sandbox.fork()
+    user = task.environment.verifier_user  # set for tasks run in their image ([verifier].user, else the image's)
+    fork = await (sandbox.fork() if user is None else sandbox.fork(user=user))
     try:
         # The fork's user may not delete /tests or /logs themselves (root-owned parents); emptying them
         # is enough. The listing proves nothing the agent left behind survives.

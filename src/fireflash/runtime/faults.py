@@ -43,11 +43,11 @@ class _FlakySandbox:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def fork(self) -> Sandbox:
+    async def fork(self, user: str | None = None) -> Sandbox:
         if self._backend._rng.random() < self._backend._rate:
             self._backend.injected += 1
             raise InjectedFault("injected sandbox crash at fork")
-        return await self._inner.fork()
+        return await (self._inner.fork() if user is None else self._inner.fork(user))
 
 
 class FlakyBackend:

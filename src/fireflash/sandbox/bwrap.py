@@ -18,11 +18,29 @@ What each sandbox gets
     - Lifetime: the sandbox's pid 1 is a small keeper that only reaps; killing it from the host kills
       every process of the sandbox, and its mount namespace (overlay and tmpfs) vanishes with them.
 
+A task with an image (``TaskEnvironment.image``, resolved by tasks/images.py per ``sandbox.task_images``)
+    - Files: the same overlay, over the image's files instead of the host's: its exported rootfs
+      (rootfs.py), owned on the host from ``image_uid_base`` up, is the read-only lowest layer. No host
+      directory is visible (``ro_binds`` excepted); ``/proc``, ``/dev``, ``/tmp`` and the output tmpfs as above.
+    - Identity: the task's user (``TaskEnvironment.user``, default root; the verifier's for grading forks),
+      inside two user namespaces the launcher makes (``linux.userns_pair``): the image's ids 0..65535 map
+      onto host ids ``image_uid_base + id``, so root inside is host uid ``image_uid_base``, never host root,
+      and no host id below the base is mapped. Root holds a container's default capabilities
+      (identity.ROOT_CAPS: no CAP_SYS_ADMIN, CAP_NET_RAW, CAP_MKNOD) in the inner namespace, which owns
+      none of the sandbox's namespaces: it can write ``/usr`` and ``/etc`` (into its overlay), chown,
+      install packages and drop to other users, but not mount, change the hostname, or create user
+      namespaces (outer's ``max_user_namespaces`` is spent); ``no_new_privs`` as above. Host file access
+      (``read_file``/``write_file``) runs as the sandbox user's host uid.
+    - Namespaces, limits and lifetime: exactly as above.
+
 What it does not guarantee
     - The kernel is shared: a kernel exploit escapes (use a microVM backend against hostile code).
     - Overlay and tmpfs pages count against the sandbox's memory limit, not a separate disk quota.
     - Without cgroups (mode 'none') the pids limit counts every process of ``sandbox_uid`` host-wide (one
       sandbox filling it can make another kill its own processes to start a shell) and there is no CPU cap.
+    - Image-backed sandboxes share host ids: every sandbox of an image user has the same host uid, as every
+      host-userland sandbox has ``sandbox_uid``; they cannot see each other (own pid namespaces, no shared
+      files), but a file one leaves in a shared ``ro_binds`` directory would be the others' too.
 
 How it works
     ``prepare`` builds the task layer once and starts the parent. A sandbox takes a slot (a cgroup
@@ -49,13 +67,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fireflash.models import cache_root
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import linux
-from fireflash.sandbox.bwrap_sandbox import HOME, USER, BwrapSandbox
+from fireflash.sandbox.bwrap_sandbox import BwrapSandbox
 from fireflash.sandbox.cgroups import CgroupTree, detect_mode, remove_stale
 from fireflash.sandbox.config import SandboxConfig
+from fireflash.sandbox.containers import ContainerTool, find_tool
 from fireflash.sandbox.errors import SandboxError, SandboxUnavailable
-from fireflash.sandbox.layers import Layer, build_skeleton, build_task_layer
+from fireflash.sandbox.identity import HOME, USER, Identity, host_identity, image_identity
+from fireflash.sandbox.layers import Layer, build_image_skeleton, build_skeleton, build_task_layer
+from fireflash.sandbox.rootfs import image_rootfs
 from fireflash.sandbox.slots import SlotPool
 
 T = TypeVar("T")
@@ -121,21 +143,26 @@ class BwrapBackend:
         self.bwrap = shutil.which("bwrap")
         # every file access of the host inside a sandbox runs with the sandbox user's permissions, so a
         # symlink to /etc/shadow planted by the agent reads as "permission denied", as it would inside
-        self._io = ThreadPoolExecutor(
-            2,
-            "ff-sandbox-io",
-            initializer=linux.drop_fs_identity,
-            initargs=(cfg.sandbox_uid, cfg.sandbox_gid),
-        )
+        self.host_identity = host_identity(cfg.sandbox_uid, cfg.sandbox_gid)
+        self._io: dict[tuple[int, int], ThreadPoolExecutor] = {}
+        self._tool: ContainerTool | None = None
+        self._rootfs: dict[str, tuple[Layer, Layer | None]] = {}  # image → (its rootfs, its mount points)
+        self._rootfs_locks: dict[str, asyncio.Lock] = {}
         self.sandboxes: set[BwrapSandbox] = set()
         self.tasks: set[asyncio.Task] = set()  # background starts of pre-forked children
         self._parents: dict[str, BwrapSandbox] = {}
         self._prepare_locks: dict[str, asyncio.Lock] = {}
         self._ids = 0
 
-    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a file function on a thread whose file-access identity is the sandbox uid."""
-        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+    async def run_io(self, identity: Identity, fn: Callable[..., T], *args: Any) -> T:
+        """Run a file function on a thread whose file-access identity is ``identity``'s host uid and gid."""
+        key = (identity.host_uid, identity.host_gid)
+        pool = self._io.get(key)
+        if pool is None:
+            pool = self._io[key] = ThreadPoolExecutor(
+                2, f"ff-sandbox-io-{key[0]}", initializer=linux.drop_fs_identity, initargs=key
+            )
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     def _write_identity_files(self) -> None:
         # the sandbox uid gets a name and home in /etc/passwd (replacing a host user with that uid)
@@ -162,8 +189,18 @@ class BwrapBackend:
         """
         if env.dockerfile is not None:
             raise SandboxError(
-                f"parent {name!r}: Dockerfile environments are not run by the bwrap backend (no container engine); "
-                "give the task an environment files dir and setup_commands instead"
+                f"parent {name!r}: a Dockerfile the host's userland cannot run needs the task's image; load the task "
+                "with the sandbox config (tasks.loader.load_tasks(..., sandbox=cfg.sandbox), sandbox.task_images "
+                "'auto' or 'always', podman installed: make setup)"
+            )
+        if env.image is not None:
+            return await self._prepare_image(env, name)
+        if env.user is not None or env.verifier_user is not None:
+            field = "[agent].user" if env.user is not None else "[verifier].user"
+            raise SandboxError(
+                f"parent {name!r}: the task sets {field} = {env.user or env.verifier_user!r}, which only a sandbox "
+                f"forked from the task's image honours (the host's userland runs everything as uid "
+                f"{self.cfg.sandbox_uid}); set sandbox.task_images = 'auto' or 'always' with podman installed"
             )
         if not env.workdir.startswith("/") or env.workdir.rstrip("/") in (
             "",
@@ -200,17 +237,102 @@ class BwrapBackend:
             except BaseException:
                 shutil.rmtree(layer.path, ignore_errors=True)
                 raise
-            parent = await BwrapSandbox.start(self, env, [layer, self.skeleton])
-            for command in env.setup_commands:
-                result = await parent.exec(command, timeout_sec=self.cfg.setup_timeout_sec)
-                if result.exit_code != 0:
-                    await parent.close()
-                    why = "timed out" if result.timed_out else f"exited {result.exit_code}"
+            parent = await BwrapSandbox.start(self, env, [layer, self.skeleton], self.host_identity)
+            return await self._set_up(parent, env, name)
+
+    async def _set_up(self, parent: BwrapSandbox, env: TaskEnvironment, name: str) -> BwrapSandbox:
+        for command in env.setup_commands:
+            result = await parent.exec(command, timeout_sec=self.cfg.setup_timeout_sec)
+            if result.exit_code != 0:
+                await parent.close()
+                why = "timed out" if result.timed_out else f"exited {result.exit_code}"
+                raise SandboxError(f"parent {name!r}: setup command {command!r} {why}:\n{result.preview[-2000:]}")
+        self._parents[name] = parent
+        return parent
+
+    async def _prepare_image(self, env: TaskEnvironment, name: str) -> BwrapSandbox:
+        """A parent whose lowest layer is ``env.image``'s rootfs (exported on first use), run as ``env.user``."""
+        if not env.workdir.startswith("/"):
+            raise SandboxError(f"parent {name!r}: TaskEnvironment.workdir {env.workdir!r} must be an absolute path")
+        lock = self._prepare_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            parent = self._parents.get(name)
+            if parent is not None and not parent.closed:
+                if parent.env != env:
                     raise SandboxError(
-                        f"parent {name!r}: setup command {command!r} {why}:\n{result.preview[-2000:]}"
+                        f"parent {name!r} is already prepared with a different environment; use a new name"
                     )
-            self._parents[name] = parent
-            return parent
+                return parent
+            rootfs, skeleton = await self._image_layers(env.image, name)
+            try:
+                identity = image_identity(rootfs.path, env.user, self.cfg.image_uid_base)
+                if env.verifier_user is not None:
+                    image_identity(rootfs.path, env.verifier_user, self.cfg.image_uid_base)  # fails here, not at grading
+            except SandboxError as e:
+                raise SandboxError(f"parent {name!r} (image {env.image}): {e}") from None
+            lowers = [layer for layer in (skeleton, rootfs) if layer is not None]
+            if env.files_dir is not None:
+                layer = Layer(self.dir / "layers" / f"task-{self.new_id()}")
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, build_task_layer, layer.path, env.workdir, env.files_dir, identity.host_uid,
+                        identity.host_gid, rootfs.path,
+                    )
+                except BaseException:
+                    shutil.rmtree(layer.path, ignore_errors=True)
+                    raise
+                lowers.insert(0, layer)
+            parent = await BwrapSandbox.start(self, env, lowers, identity)
+            return await self._set_up(parent, env, name)
+
+    async def _image_layers(self, image: str, name: str) -> tuple[Layer, Layer | None]:
+        """The rootfs layer of ``image`` and the layer of mount points it lacks (None: it has them all)."""
+        lock = self._rootfs_locks.setdefault(image, asyncio.Lock())
+        async with lock:
+            if image in self._rootfs:
+                return self._rootfs[image]
+            loop = asyncio.get_running_loop()
+            try:
+                if self._tool is None:
+                    self._tool = find_tool(self.cfg.image_builder)
+                cache = Path(self.cfg.image_rootfs_dir or Path(cache_root()) / "images" / "rootfs")
+                path = await loop.run_in_executor(
+                    None, image_rootfs, self._tool, image, cache, self.cfg.image_uid_base
+                )
+            except SandboxError as e:  # the tool missing, the image unknown, an export failing
+                kind = SandboxUnavailable if isinstance(e, SandboxUnavailable) else SandboxError
+                raise kind(f"parent {name!r}: image {image}: {e}") from None
+            if any(c in str(path) for c in ",:\\"):
+                raise SandboxError(
+                    f"parent {name!r}: the rootfs of image {image} is at {path}, whose ',', ':' or '\\' an overlay "
+                    "mount cannot take; set sandbox.image_rootfs_dir to a plain path"
+                )
+            if not _has_file(path, "/bin/bash"):
+                raise SandboxError(
+                    f"parent {name!r}: image {image} has no /bin/bash, which runs every sandbox's shell; "
+                    "install bash in its Dockerfile"
+                )
+            base = self.cfg.image_uid_base
+            skeleton = Layer(self.dir / "layers" / f"mounts-{self.new_id()}", refs=1)
+            has = await loop.run_in_executor(
+                None, build_image_skeleton, skeleton.path, path, list(self.cfg.ro_binds), base, base
+            )
+            self._rootfs[image] = (Layer(path, refs=1, owned=False), skeleton if has else None)
+            return self._rootfs[image]
+
+    def identity(self, env: TaskEnvironment, user: str) -> Identity:
+        """The identity of ``user`` for a sandbox of ``env`` (a grading fork's verifier user).
+
+        Raises:
+            SandboxError: the host's userland has one user only; an unknown image user.
+        """
+        if env.image is None:
+            raise SandboxError(
+                f"fork(user={user!r}): users are honoured only in sandboxes forked from the task's image "
+                f"(the host's userland runs everything as uid {self.cfg.sandbox_uid}); set sandbox.task_images"
+            )
+        rootfs, _ = self._rootfs[env.image]
+        return image_identity(rootfs.path, user, self.cfg.image_uid_base)
 
     def lowerdir(self, lowers: list[Layer]) -> str:
         text = ":".join(str(layer.path) for layer in lowers)
@@ -227,7 +349,7 @@ class BwrapBackend:
     def release(self, lowers: list[Layer]) -> None:
         for layer in lowers:
             layer.refs -= 1
-            if layer.refs <= 0 and layer is not self.skeleton:
+            if layer.refs <= 0 and layer.owned and layer is not self.skeleton:
                 shutil.rmtree(layer.path, ignore_errors=True)
 
     async def close(self) -> None:
@@ -239,7 +361,9 @@ class BwrapBackend:
             await sandbox.close()
         self._parents.clear()
         self.pool.close()
-        self._io.shutdown(wait=True)
+        for pool in self._io.values():
+            pool.shutdown(wait=True)
+        self._io.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def rlimits(self, env: TaskEnvironment) -> list:
@@ -262,6 +386,18 @@ def _readable_by(path: str, uid: int, gid: int) -> bool:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(probe).result()
+
+
+def _has_file(rootfs: Path, inner: str) -> bool:
+    """Whether ``inner`` exists in ``rootfs``, its symlinks resolved inside it (an absolute link stays there)."""
+    root = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.close(linux.open_in_root(root, inner, os.O_PATH))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(root)
 
 
 def _remove_stale(root: Path) -> None:

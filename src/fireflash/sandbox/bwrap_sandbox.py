@@ -19,8 +19,10 @@ from fireflash.protocols import ExecResult, Job, TaskEnvironment
 from fireflash.sandbox import files as sbfiles
 from fireflash.sandbox import linux
 from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError
-from fireflash.sandbox.launcher import CTL_FD, INFO_FD
+from fireflash.sandbox.identity import HOME, USER, Identity
+from fireflash.sandbox.launcher import CTL_FD, INFO_FD, USERNS_FDS
 from fireflash.sandbox.layers import Layer, diff_upper, snapshot_upper
+from fireflash.sandbox.rootfs import IMAGE_IDS
 from fireflash.sandbox.session import ShellSession
 from fireflash.sandbox.shell import KEEPER, OUTPUT_DIR, WRAPPER, Shell, ShellDied, ShellState, restore_lines
 from fireflash.sandbox.slots import Slot
@@ -28,20 +30,20 @@ from fireflash.sandbox.slots import Slot
 if TYPE_CHECKING:
     from fireflash.sandbox.bwrap import BwrapBackend
 
-HOME = "/home/agent"
-USER = "agent"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _NAMESPACES = ("mnt", "pid", "ipc", "uts", "cgroup")  # joined after the user namespace that owns them
 _NS_GET_USERNS = 0xB701  # ioctl: the user namespace owning a namespace
 
 
-def sandbox_env(env: TaskEnvironment) -> dict[str, str]:
-    """Environment variables of every command: a minimal login environment plus the task's ``env``."""
+def sandbox_env(env: TaskEnvironment, identity: Identity | None = None) -> dict[str, str]:
+    """Environment variables of every command: a minimal login environment for the sandbox's user plus the
+    task's ``env`` (for an image, its ``ENV`` lines: tasks/images.py puts them there)."""
+    home, user = (identity.home, identity.name) if identity is not None else (HOME, USER)
     base = {
         "PATH": PATH,
-        "HOME": HOME,
-        "USER": USER,
-        "LOGNAME": USER,
+        "HOME": home,
+        "USER": user,
+        "LOGNAME": user,
         "SHELL": "/bin/bash",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
@@ -78,11 +80,14 @@ def _namespace_fds(pid: int) -> list[int]:
 class BwrapSandbox:
     """One running sandbox (a task parent, an attempt, or a grading fork). Create with ``start``."""
 
-    def __init__(self, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], depth: int) -> None:
+    def __init__(
+        self, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], depth: int, identity: Identity
+    ) -> None:
         self.backend = backend
         self.env = env
         self.lowers = lowers
         self.depth = depth
+        self.identity = identity
         self.closed = False
         self.box = str(backend.dir / "boxes" / backend.new_id())
         self._slot: Slot | None = None
@@ -112,10 +117,10 @@ class BwrapSandbox:
 
     @classmethod
     async def start(
-        cls, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], depth: int = 0
+        cls, backend: BwrapBackend, env: TaskEnvironment, lowers: list[Layer], identity: Identity, depth: int = 0
     ) -> BwrapSandbox:
-        """Start a sandbox over ``lowers`` (top first). Raises SandboxError with bwrap's message on failure."""
-        sandbox = cls(backend, env, lowers, depth)
+        """Start a sandbox over ``lowers`` (top first) as ``identity``. Raises SandboxError with bwrap's message."""
+        sandbox = cls(backend, env, lowers, depth, identity)
         backend.acquire(lowers)
         backend.sandboxes.add(sandbox)
         try:
@@ -126,30 +131,30 @@ class BwrapSandbox:
         return sandbox
 
     def _bwrap_argv(self) -> list[str]:
-        cfg, env = self.backend.cfg, self.env
-        argv = [
-            self.backend.bwrap,
-            "--unshare-user",
-            "--uid",
-            str(cfg.sandbox_uid),
-            "--gid",
-            str(cfg.sandbox_gid),
-        ]
+        cfg, env, me = self.backend.cfg, self.env, self.identity
+        argv = [self.backend.bwrap]
+        if me.image:  # user namespaces made by the launcher (USERNS_FDS): many ids mapped, nesting used up
+            argv += ["--userns", str(USERNS_FDS[0]), "--userns2", str(USERNS_FDS[1]), "--assert-userns-disabled"]
+            for cap in me.caps:
+                argv += ["--cap-add", cap]
+        else:
+            argv += ["--unshare-user", "--disable-userns"]
+        argv += ["--uid", str(me.uid), "--gid", str(me.gid)]
         # the network namespace comes from the launcher (fresh, loopback only) or is the host's
         argv += [
-            "--disable-userns",
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
         ]
         argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--bind", f"{self.box}/merged", "/"]
-        for name in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            host = Path("/") / name
-            if host.is_dir() and not host.is_symlink():
-                argv += ["--ro-bind", str(host), str(host)]
-        d = self.backend.dir
-        argv += ["--ro-bind", str(d / "passwd"), "/etc/passwd", "--ro-bind", str(d / "group"), "/etc/group"]
+        if not me.image:  # the host's userland, read-only
+            for name in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+                host = Path("/") / name
+                if host.is_dir() and not host.is_symlink():
+                    argv += ["--ro-bind", str(host), str(host)]
+            d = self.backend.dir
+            argv += ["--ro-bind", str(d / "passwd"), "/etc/passwd", "--ro-bind", str(d / "group"), "/etc/group"]
         for inside, host in cfg.ro_binds.items():
             argv += ["--ro-bind", host, inside]
         argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -159,24 +164,28 @@ class BwrapSandbox:
         # "/" always exists; the shell then cds to the workdir (restore_lines). An agent may have deleted
         # the workdir, and the grader's fork of its final state must still start.
         argv += ["--hostname", "sandbox", "--chdir", "/", "--clearenv"]
-        for key, value in sandbox_env(env).items():
+        for key, value in sandbox_env(env, me).items():
             argv += ["--setenv", key, value]
         argv += ["--setenv", "FF_CTL_FD", str(CTL_FD), "--info-fd", str(INFO_FD)]
         return argv + ["--", "/bin/bash", "--noprofile", "--norc", "-c", KEEPER]
 
     def _request(self, kind: str, argv: list[str], env: dict[str, str]) -> dict:
-        cfg = self.backend.cfg
+        me, base = self.identity, self.backend.cfg.image_uid_base
         return {
             "kind": kind,
             "argv": argv,
             "env": env,
-            "uid": cfg.sandbox_uid,
-            "gid": cfg.sandbox_gid,
+            "uid": me.host_uid,
+            "gid": me.host_gid,
             "rlimits": self.backend.rlimits(self.env),
             "host_net": self.env.allow_internet,
             "box": self.box,
             "lowerdir": self.backend.lowerdir(self.lowers),
             "storage_mb": self.env.storage_mb,
+            # "/" belongs to the image's root (as in the image), or to the host-userland sandbox user
+            "upper_owner": [base, base] if me.image else [me.host_uid, me.host_gid],
+            "userns": {"base": base, "size": IMAGE_IDS} if me.image else None,
+            "caps": sorted(me.caps.values()) if me.image else None,
         }
 
     async def _launch(self) -> None:
@@ -258,7 +267,7 @@ class BwrapSandbox:
         stdin_r, stdin_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         err_r, err_w = os.pipe()
-        env = sandbox_env(self.env) | {"FF_CTL_FD": str(CTL_FD)}
+        env = sandbox_env(self.env, self.identity) | {"FF_CTL_FD": str(CTL_FD)}
         argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
         try:
             await self._slot.launcher.spawn(
@@ -309,7 +318,7 @@ class BwrapSandbox:
             except (OSError, ValueError):
                 return False
         else:  # rlimits: RLIMIT_NPROC counts the processes of the sandbox uid host-wide (bwrap.py)
-            in_use = linux.count_processes_of(self.backend.cfg.sandbox_uid)
+            in_use = linux.count_processes_of(self.identity.host_uid)
         return in_use >= self.env.pids_max - 1
 
     async def _kill_all_but_init(self) -> None:
@@ -341,30 +350,42 @@ class BwrapSandbox:
         Raises:
             FileNotFoundError, IsADirectoryError, PermissionError; SandboxClosed after ``close()``.
         """
-        return await self.backend.run_io(sbfiles.read_bytes, self._root(), path, self._session.state.cwd)
+        return await self.backend.run_io(
+            self.identity, sbfiles.read_bytes, self._root(), path, self._session.state.cwd
+        )
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Create or replace ``path`` with ``data`` (parents created), owned by the sandbox uid.
+        """Create or replace ``path`` with ``data`` (parents created), owned by the sandbox's user.
 
         Raises:
             OSError: EROFS for read-only system dirs, ENOSPC past the disk cap, ...; SandboxClosed.
         """
         root = self._root()
         self._dirty = True
-        await self.backend.run_io(sbfiles.write_bytes, root, path, data, mode, None, self._session.state.cwd)
+        await self.backend.run_io(
+            self.identity, sbfiles.write_bytes, root, path, data, mode, None, self._session.state.cwd
+        )
 
     def _upper(self) -> str:
         # the bwrap process outside the sandbox still lives in the private namespace holding the overlay
         return f"/proc/{self._bwrap_pid}/root{self.box}/upper"
 
-    async def fork(self) -> BwrapSandbox:
+    async def fork(self, user: str | None = None) -> BwrapSandbox:
         """A new sandbox with this one's current files (copy-on-write), fresh processes and shell.
 
         The first fork after a change copies this sandbox's upper dir into a shared read-only layer;
         later forks with no change in between reuse it (forking a task parent costs no copy). A task
         parent keeps ``prefork`` children started in the background and hands one out at once.
+
+        Args:
+            user: the child's user (an image's user, as ``TaskEnvironment.user`` names one: the verifier's);
+                None: this sandbox's. A user other than this sandbox's starts its child on demand.
+
+        Raises:
+            SandboxError: ``user`` given for a host-userland sandbox, or not a user of the image.
         """
         self._root()
+        identity = self.identity if user is None else self.backend.identity(self.env, user)
         if self._dirty or self._session.has_running_jobs():
             if self._snapshot is not None:
                 self.backend.release([self._snapshot])
@@ -377,13 +398,15 @@ class BwrapSandbox:
             self._dirty = False
             await self._drop_ready()  # started over the old files
         loop = asyncio.get_running_loop()
+        if identity != self.identity:
+            return await BwrapSandbox.start(self.backend, self.env, self._child_lowers(), identity, self.depth + 1)
         while self._ready:
             child = self._ready.pop()
             if child.loop is loop:
                 self._prestart()
                 return child
             await child.close()  # started under another event loop: its pipes are read there
-        child = await BwrapSandbox.start(self.backend, self.env, self._child_lowers(), self.depth + 1)
+        child = await BwrapSandbox.start(self.backend, self.env, self._child_lowers(), identity, self.depth + 1)
         self._prestart()
         return child
 
@@ -403,7 +426,7 @@ class BwrapSandbox:
             task.add_done_callback(_ignore_failure)
 
     async def _start_ready(self, lowers: list[Layer]) -> None:
-        child = await BwrapSandbox.start(self.backend, self.env, lowers, self.depth + 1)
+        child = await BwrapSandbox.start(self.backend, self.env, lowers, self.identity, self.depth + 1)
         if self.closed or lowers != self._child_lowers():
             await child.close()
         else:

@@ -2,7 +2,7 @@
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TRIXIE, BOOKWORM = "localhost/fireflash/debian:trixie", "localhost/fireflash/debian:bookworm"
 PYTHON_313, PYTHON_311 = "localhost/fireflash/python:3.13", "localhost/fireflash/python:3.11"
@@ -95,6 +95,25 @@ class SandboxConfig(BaseModel):
     image_build_timeout_sec: float = Field(
         1800.0, gt=0, description="Limit of one image build when task.toml sets no build_timeout_sec, seconds."
     )
+    task_images: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="Which tasks run in their own image (its files under the sandbox's overlay, root inside a user "
+        "namespace) instead of the host's userland: 'auto' those the host's userland cannot run (a Dockerfile "
+        "step it cannot materialise, or an [agent]/[verifier] user), when a container tool is installed; 'always' "
+        "every task with a Dockerfile or docker_image (builds each once); 'never' none, as before images existed.",
+    )
+    image_uid_base: int = Field(
+        1_000_000_000,
+        ge=65536,
+        le=2**32 - 2 - 65536,
+        description="First host uid/gid of the 65,536 that an image's ids 0..65535 become (root inside = this uid on "
+        "the host, never host root); pick a range no host user or /etc/subuid entry uses.",
+    )
+    image_rootfs_dir: str | None = Field(
+        None,
+        description="Where image root filesystems are exported, one directory per image (about the image's size); "
+        "None: $FIREFLASH_CACHE/images/rootfs (default ~/.cache/fireflash/images/rootfs). Not on tmpfs: they stay.",
+    )
 
     @field_validator("ro_binds")
     @classmethod
@@ -116,6 +135,16 @@ class SandboxConfig(BaseModel):
         # the user's entries extend the built-in map rather than replace it: one new entry must not
         # silently drop every default substitution
         return {**DEFAULT_BASE_IMAGES, **v} if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _uid_ranges_apart(self) -> "SandboxConfig":
+        for name in ("sandbox_uid", "sandbox_gid"):
+            if self.image_uid_base <= getattr(self, name) < self.image_uid_base + 65536:
+                raise ValueError(
+                    f"sandbox.{name} = {getattr(self, name)} lies in the image id range sandbox.image_uid_base = "
+                    f"{self.image_uid_base} .. +65535; move one of them"
+                )
+        return self
 
     @field_validator("root_dir")
     @classmethod

@@ -12,9 +12,12 @@ SOCK_SEQPACKET socket): a JSON message plus file descriptors (SCM_RIGHTS); it an
 or ``{"error": "..."}``. Requests:
 
     box   fds [stdin, ctl, info, err]: mount the tmpfs + overlay in a new private mount namespace, drop to
-          the sandbox uid, exec bwrap (argv given)
+          the sandbox uid, exec bwrap (argv given). With ``userns`` (an image-backed sandbox) it first
+          makes the sandbox's two user namespaces, whose many-id maps only root may write
+          (``linux.userns_pair``), and hands them to bwrap as fds 6 and 7 (``--userns 6 --userns2 7``).
     join  fds [stdin, ctl, err, net, user-owner, mnt, pid, ipc, uts, cgroup, (inner user)]: join a running
-          sandbox's namespaces as the sandbox uid, exec the shell wrapper
+          sandbox's namespaces as the sandbox uid, exec the shell wrapper; ``caps`` (numbers) is the
+          bounding set it keeps (image-backed sandboxes: root's capabilities, or none)
 
 A failed fork is answered ``{"error": "...", "errno": N}``.
 """
@@ -41,6 +44,7 @@ _spec.loader.exec_module(linux)
 
 CTL_FD = 5  # fd of the record pipe in sandbox processes (the shell wrapper moves it to 3)
 INFO_FD = 4  # bwrap --info-fd
+USERNS_FDS = (6, 7)  # bwrap --userns, --userns2 (image-backed sandboxes)
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP_LOOPBACK_RUNNING = 0x1 | 0x8 | 0x40
 _PR_SET_PDEATHSIG = 1
@@ -70,8 +74,10 @@ def _box(req: dict, fds: list[int], host_net: int) -> None:
     stdin, ctl, info, err = fds
     if req["host_net"]:
         linux.setns(host_net, linux.CLONE_NEWNET)
+    userns = req.get("userns")
+    extra = list(linux.userns_pair(req["uid"], req["gid"], userns["base"], userns["size"])) if userns else []
     devnull = os.open("/dev/null", os.O_RDWR)
-    _move_fds([stdin, devnull, err, info, ctl], [0, 1, 2, INFO_FD, CTL_FD])
+    _move_fds([stdin, devnull, err, info, ctl, *extra], [0, 1, 2, INFO_FD, CTL_FD, *USERNS_FDS[: len(extra)]])
     box = req["box"]
     linux.unshare(linux.CLONE_NEWNS)
     linux.make_mounts_private()
@@ -80,8 +86,9 @@ def _box(req: dict, fds: list[int], host_net: int) -> None:
     )
     for name in ("upper", "work", "merged"):
         os.mkdir(f"{box}/{name}", 0o755)
-    # the upper dir's root is the sandbox's "/": owned by the sandbox user, who may create /tests, /solution...
-    os.chown(f"{box}/upper", req["uid"], req["gid"])
+    # the upper dir's root is the sandbox's "/": owned by the sandbox user (host userland), who may create
+    # /tests, /solution...; or by the image's root, as the image's own "/" is
+    os.chown(f"{box}/upper", *req["upper_owner"])
     options = f"lowerdir={req['lowerdir']},upperdir={box}/upper,workdir={box}/work,redirect_dir=off,index=off,metacopy=off"
     linux.mount("overlay", f"{box}/merged", "overlay", linux.MS_NOSUID | linux.MS_NODEV, options)
     _drop(req)
@@ -99,6 +106,8 @@ def _join(req: dict, fds: list[int]) -> None:
     _drop(req)
     for fd in range(7, 7 + len(ns)):  # the sandbox uid owns the sandbox's user namespace
         linux.setns(fd, 0)
+    if req.get("caps") is not None:  # entering the user namespaces gave every capability in them
+        linux.limit_bounding_set(set(req["caps"]))
     os.execve(req["argv"][0], req["argv"], req["env"])
 
 

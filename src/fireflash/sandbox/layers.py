@@ -6,6 +6,9 @@ A sandbox's files are ``upper (its own, writable) + lowers (read-only, shared)``
     task       the task's files at its workdir, owned by the sandbox uid         (one per prepared parent)
     snapshot   a copy of a sandbox's upper dir, taken when it is forked          (one per fork point)
 
+or, for a task that runs in its image, ``upper + snapshots + task (when it has a files dir) + image
+skeleton (mount points the image lacks, when any) + the image's rootfs`` (rootfs.py; never deleted here).
+
 A fork stacks a snapshot of its parent's upper on the parent's lowers, so forking an attempt (for
 grading) is as cheap as forking the task's parent, and the child never sees the parent's later writes.
 Layers are reference counted and deleted when the last sandbox using them closes.
@@ -29,6 +32,7 @@ SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 class Layer:
     path: Path
     refs: int = 0
+    owned: bool = True  # False: not ours to delete when unused (an image's exported rootfs)
 
 
 def build_skeleton(path: Path, uid: int, gid: int, home: str, mount_points: list[str]) -> None:
@@ -59,8 +63,46 @@ def build_skeleton(path: Path, uid: int, gid: int, home: str, mount_points: list
     os.chown(path, uid, gid)  # the sandbox's "/": its user may create top-level dirs (/tests, /solution)
 
 
-def build_task_layer(path: Path, workdir: str, files_dir: Path | None, uid: int, gid: int) -> None:
+def build_image_skeleton(path: Path, rootfs: Path, mount_points: list[str], uid: int, gid: int) -> bool:
+    """Create the mount points (``/proc``, ``/dev``, ``/tmp`` and ``mount_points``) that ``rootfs`` lacks.
+
+    A directory the rootfs already has keeps its owner and mode here too: in an overlay the highest layer
+    holding a directory gives it its attributes. New ones belong to ``uid:gid`` (the image's root).
+
+    Returns:
+        False (and creates nothing) when the rootfs has them all.
+    """
+    wanted = ["/proc", "/dev", "/tmp", *mount_points]
+    missing = [p for p in wanted if not os.path.lexists(rootfs / p.lstrip("/"))]
+    if not missing:
+        return False
+    path.mkdir(parents=True)
+    for point in missing:
+        rel = Path(point.lstrip("/"))
+        for depth in range(1, len(rel.parts) + 1):
+            part = Path(*rel.parts[:depth])
+            if (path / part).is_dir():
+                continue
+            (path / part).mkdir()
+            original = rootfs / part
+            if original.is_dir() and not original.is_symlink():
+                st = original.stat()
+                os.chown(path / part, st.st_uid, st.st_gid)
+                os.chmod(path / part, st.st_mode & 0o7777)
+            else:
+                os.chown(path / part, uid, gid)
+                os.chmod(path / part, 0o1777 if str(part) == "tmp" else 0o755)
+    return True
+
+
+def build_task_layer(
+    path: Path, workdir: str, files_dir: Path | None, uid: int, gid: int, rootfs: Path | None = None
+) -> None:
     """The task's files copied to ``workdir`` inside ``path``, owned by the sandbox uid.
+
+    Args:
+        rootfs: the image's files below this layer, if any: directories it already has (``workdir`` and its
+            parents) keep their owner and mode, so the layer does not change them.
 
     Raises:
         SandboxError: ``files_dir`` is not a directory, or copying fails (message has cp's error).
@@ -82,6 +124,14 @@ def build_task_layer(path: Path, workdir: str, files_dir: Path | None, uid: int,
         os.lchown(root, uid, gid)
         for name in dirs + files:
             os.lchown(os.path.join(root, name), uid, gid)
+    if rootfs is not None:  # the workdir and its parents: the image's attributes where it has them
+        rel = Path(workdir.lstrip("/"))
+        for depth in range(1, len(rel.parts) + 1):
+            part = Path(*rel.parts[:depth])
+            original = rootfs / part
+            st = original.stat() if original.is_dir() and not original.is_symlink() else None
+            os.chown(path / part, st.st_uid if st else uid, st.st_gid if st else gid)
+            os.chmod(path / part, st.st_mode & 0o7777 if st else 0o755)  # a new one as mkdir makes it
 
 
 def snapshot_upper(upper: str, path: Path) -> bool:

@@ -7,6 +7,7 @@
 - ``descendants`` / ``kill_tree``: a process tree from ``/proc`` (this kernel has no ``/proc/PID/children``).
 - ``kill_pidns``: every process of a pid namespace but one (a sandbox that filled its pids limit).
 - ``kill_marked``: every process whose environment holds a marker entry (a job's processes that left its tree).
+- ``userns_pair``: the two user namespaces of an image-backed sandbox, with a multi-id map only root can write.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_REC = 0x4000
@@ -334,3 +336,132 @@ def drop_fs_identity(uid: int, gid: int) -> None:
         or _libc.syscall(ctypes.c_long(numbers["setfsgid"]), ctypes.c_uint(0xFFFFFFFF)) != gid
     ):
         raise OSError(f"could not switch the file-access identity to {uid}:{gid}")
+
+
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+
+
+def _prctl(option: int, arg: int) -> None:
+    _check(
+        _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "prctl",
+    )
+
+
+def set_dumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 1): /proc/self stays owned by this process's uid after a credential change."""
+    _prctl(_PR_SET_DUMPABLE, 1)
+
+
+def limit_bounding_set(keep: set[int]) -> None:
+    """Drop every capability but ``keep`` (numbers) from the bounding set: no exec can gain them again.
+
+    Needs CAP_SETPCAP in the current user namespace.
+    """
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in keep:
+            _prctl(_PR_CAPBSET_DROP, cap)
+
+
+def userns_pair(owner_uid: int, owner_gid: int, base: int, size: int) -> tuple[int, int]:
+    """The two user namespaces of an image-backed sandbox; returns read-only fds of (outer, inner).
+
+    outer: maps ids ``0..size-1`` onto host ids ``base..base+size-1`` (uids and gids alike) and is owned by
+        host uid ``owner_uid``, so a process of that uid (bwrap) may enter it with every capability there.
+        Its ``user.max_user_namespaces`` is 1, used up by ``inner``: nothing inside can create another.
+    inner: a child of outer mapping ``0..size-1`` onto itself; the sandbox's processes end up in it, where
+        they hold no capability over the namespaces outer owns (mount, pid, uts, ipc, cgroup).
+
+    This is bwrap's own ``--disable-userns`` construction, which bwrap cannot do with a map of more than one
+    id. Only a process with CAP_SETUID and CAP_SETGID in the initial user namespace (root: the launcher) may
+    write a map of many ids, and it must be written from outside, so two short-lived helper processes hold
+    the namespaces while the maps are written; the returned fds keep them alive after the helpers exit.
+
+    Raises:
+        OSError: the kernel refused a step (no user namespaces, limits), with the step in the message.
+    """
+    up_r, up_w = os.pipe()  # helper → us
+    down_r, down_w = os.pipe()  # us → helper
+    pid = os.fork()
+    if pid == 0:  # the helper: never returns
+        status = 1
+        try:
+            os.close(up_r)
+            os.close(down_w)
+            _userns_helper(owner_uid, owner_gid, size, up_w, down_r)
+            status = 0
+        except BaseException as e:  # noqa: BLE001 - told to the caller, then exit
+            try:
+                os.write(up_w, f"E{type(e).__name__}: {e}".encode()[:512])
+            except OSError:
+                pass
+        finally:
+            os._exit(status)
+    os.close(up_w)
+    os.close(down_r)
+    fds: list[int] = []
+    try:
+        _expect(os.read(up_r, 512), b"U")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(f"0 {base} {size}\n")
+        os.write(down_w, b"M")
+        inner_pid = int(_expect(os.read(up_r, 512), b"I"))
+        fds.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC))
+        fds.append(os.open(f"/proc/{inner_pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC))
+        os.write(down_w, b"D")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        os.close(up_r)
+        os.close(down_w)
+        os.waitpid(pid, 0)
+    return fds[0], fds[1]
+
+
+def _expect(msg: bytes, kind: bytes) -> bytes:
+    if msg[:1] != kind:
+        why = msg[1:].decode(errors="replace") if msg[:1] == b"E" else f"helper said {msg!r}"
+        raise OSError(f"creating the sandbox's user namespaces failed: {why}")
+    return msg[1:]
+
+
+def _userns_helper(owner_uid: int, owner_gid: int, size: int, up: int, down: int) -> None:
+    """In the helper: become the owner, make outer, wait for its maps, limit it, make inner and map it."""
+    os.setgroups([])
+    os.setresgid(owner_gid, owner_gid, owner_gid)
+    os.setresuid(owner_uid, owner_uid, owner_uid)
+    unshare(CLONE_NEWUSER)
+    set_dumpable()  # a credential change made /proc/self root's: the caller writes our maps there
+    os.write(up, b"U")
+    if os.read(down, 1) != b"M":
+        return
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:  # this namespace's own limit
+        f.write("1")
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    inner = os.fork()
+    if inner == 0:
+        try:
+            unshare(CLONE_NEWUSER)
+            set_dumpable()
+            os.write(ready_w, b"U")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        if os.read(ready_r, 1) != b"U":
+            raise OSError("the inner user namespace could not be created")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{inner}/{name}", "w") as f:
+                f.write(f"0 0 {size}\n")
+        os.write(up, b"I%d" % inner)
+        os.read(down, 1)  # the caller holds both namespaces now
+    finally:
+        os.write(done_w, b"x")
+        os.waitpid(inner, 0)

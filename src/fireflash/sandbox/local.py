@@ -95,6 +95,11 @@ class LocalBackend:
             raise SandboxError(
                 f"parent {name!r}: Dockerfile environments are not supported; use files_dir + setup_commands"
             )
+        if env.image is not None or env.user is not None or env.verifier_user is not None:
+            raise SandboxError(
+                f"parent {name!r}: unsafe-local runs no images and no users (everything runs on the host as the "
+                "calling user); use sandbox.backend = 'bwrap', or sandbox.task_images = 'never'"
+            )
         parent = self._parents.get(name)
         if parent is not None and not parent.closed:
             return parent
@@ -198,9 +203,15 @@ class LocalSandbox:
         cwd = self._session.state.cwd
         return cwd[len(str(self.box)) :] or "/" if cwd.startswith(str(self.box)) else self.env.workdir
 
-    async def fork(self) -> LocalSandbox:
-        """A full copy of this sandbox's directory (slow: no copy-on-write without the bwrap backend)."""
+    async def fork(self, user: str | None = None) -> LocalSandbox:
+        """A full copy of this sandbox's directory (slow: no copy-on-write without the bwrap backend).
+
+        Raises:
+            SandboxError: ``user`` given (unsafe-local has one user, the caller).
+        """
         self._root()
+        if user is not None:
+            raise SandboxError(f"fork(user={user!r}): unsafe-local runs everything as the calling user")
         box = self.backend.new_box()
         done = await asyncio.create_subprocess_exec(
             "cp", "-a", "--", str(self.box), str(box), stderr=subprocess.PIPE
