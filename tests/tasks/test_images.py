@@ -17,6 +17,7 @@ import pytest
 from fireflash.sandbox.config import TRIXIE, SandboxConfig
 from fireflash.sandbox.containers import ContainerToolMissing, ImageInfo, find_tool
 from fireflash.sandbox.rootfs import image_rootfs
+from fireflash.tasks.git_strip import STRIP_GIT
 from fireflash.tasks.images import SUBSTITUTIONS_LABEL, ImageBuildError, base_map, content_digest, task_image
 
 FIXTURE = Path(__file__).parent / "fixtures" / "images" / "ubuntu-apt-pip"
@@ -28,8 +29,9 @@ class ScriptedTool:
 
     kind = "podman"
 
-    def __init__(self, local=(), pullable=(), script="exit 0"):
+    def __init__(self, local=(), pullable=(), script="exit 0", config=((), "", "")):
         self.local, self.pullable, self.script = set(local), set(pullable), script
+        self.config = config  # (ENV lines, WORKDIR, USER) of every image
         self.labels: dict[str, dict] = {}
         self.pulls: list[str] = []
         self.builds: list[str] = []  # the Dockerfile text of each build
@@ -45,7 +47,7 @@ class ScriptedTool:
         return NO_HOST
 
     def inspect(self, ref):
-        return ImageInfo("ab" * 32, self.labels.get(ref, {}))
+        return ImageInfo("ab" * 32, self.labels.get(ref, {}), *self.config)
 
     def build_args(self, dockerfile, context, tag, build_args, volumes, labels):
         self.builds.append(dockerfile.read_text())
@@ -157,6 +159,96 @@ def test_base_image_entries_extend_the_built_in_map():
     assert base_map(SandboxConfig(base_images={"docker.io/library/alpine": "a"}))["alpine:latest"] == "a"
 
 
+# --- which tasks run in their image (tasks/environments.py, sandbox.task_images) ---------------------------
+
+BUNDLED = Path(__file__).parents[2] / "src" / "fireflash" / "tasks" / "data" / "train" / "csv-filter-rows"
+IMAGE_CONFIG = (("PATH=/opt/venv/bin:/usr/bin:/bin", "DEBIAN_FRONTEND=noninteractive"), "/app", "")
+
+
+def _no_tool(choice):
+    raise AssertionError("a task the host's userland runs must not look for a container tool")
+
+
+def test_auto_keeps_host_runnable_tasks_on_the_host_and_never_looks_for_a_tool():
+    from fireflash.tasks.environments import place
+    from fireflash.tasks.loader import load_task
+
+    task = load_task(BUNDLED, SandboxConfig(), print)  # materialises on the host: nothing else happens
+    assert task.environment.image is None and task.environment.files_dir is not None
+    assert place(load_task(BUNDLED), SandboxConfig(task_images="auto"), print, _no_tool) == load_task(BUNDLED)
+    assert place(load_task(BUNDLED), SandboxConfig(task_images="never"), print, _no_tool) == load_task(BUNDLED)
+
+
+def test_auto_runs_a_task_the_host_cannot_in_its_image_with_the_images_env_workdir_and_users():
+    from fireflash.tasks.environments import place
+    from fireflash.tasks.loader import TaskLoadError, _environment, load_harbor
+
+    with pytest.raises(TaskLoadError, match="needs a container backend: .*multi-stage"):
+        _environment(FIXTURE / "environment" / "Dockerfile", FIXTURE / "environment", {}, "w")
+    task = load_harbor(FIXTURE, images=True)
+    assert task.environment.dockerfile is not None and "multi-stage" in task.metadata["host_userland"]
+    tool = ScriptedTool(local={TRIXIE}, config=IMAGE_CONFIG)
+    placed = place(task, SandboxConfig(), lambda line: None, lambda choice: tool)
+    env = placed.environment
+    assert env.image.startswith("localhost/fireflash/env:") and env.dockerfile is None and env.files_dir is None
+    assert env.env == {"PATH": "/opt/venv/bin:/usr/bin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+    assert (env.workdir, env.user, env.verifier_user, env.setup_commands) == ("/app", None, "root", [STRIP_GIT])
+    assert env.memory_mb == 1024  # task.toml's limits stay
+    assert placed.metadata["image"]["substitutions"][0]["original"] == "ubuntu:24.04"
+    assert "multi-stage" in placed.metadata["runs_in_image"]
+
+
+def test_never_and_a_missing_tool_refuse_a_task_that_needs_its_image_by_name():
+    from fireflash.sandbox.containers import ContainerToolMissing
+    from fireflash.tasks.environments import place
+    from fireflash.tasks.loader import TaskLoadError, load_harbor
+
+    task = load_harbor(FIXTURE, images=True)
+    with pytest.raises(TaskLoadError, match=r"task ubuntu-apt-pip: the host's userland cannot run it: .*multi-stage.*"
+                                            r"set sandbox.task_images = 'auto'"):
+        place(task, SandboxConfig(task_images="never"), print, _no_tool)
+
+    def missing(choice):
+        raise ContainerToolMissing("no container tool found: podman, buildah or docker; run `make setup`")
+
+    with pytest.raises(TaskLoadError, match=r"runs in its image \(.*multi-stage.*\), but no container tool found.*"
+                                            r"make setup.*task_images = 'never'"):
+        place(task, SandboxConfig(), print, missing)
+
+
+def test_always_builds_every_task_with_a_dockerfile_and_users_choose_the_image(tmp_path):
+    from fireflash.tasks.environments import place
+    from fireflash.tasks.loader import load_task
+
+    tool = ScriptedTool(local={"localhost/fireflash/python:3.11"}, config=((), "", "app"))
+    placed = place(load_task(BUNDLED), SandboxConfig(task_images="always"), print, lambda choice: tool)
+    assert placed.environment.image and placed.environment.workdir == "/"  # no WORKDIR in the image
+    assert (placed.environment.user, placed.environment.verifier_user) == ("app", "app")  # the image's USER
+    task_dir = shutil.copytree(BUNDLED, tmp_path / "t")
+    (task_dir / "task.toml").write_text((task_dir / "task.toml").read_text().replace(
+        "[agent]", '[agent]\nuser = "1000"'))
+    placed = place(load_task(task_dir), SandboxConfig(), print, lambda choice: tool)  # auto: a user needs it
+    assert (placed.environment.user, placed.environment.verifier_user) == ("1000", "app")
+    assert "[agent] user = '1000'" in placed.metadata["runs_in_image"]
+
+
+def test_a_pool_builds_images_only_for_the_tasks_its_manifest_kept(tmp_path, monkeypatch):
+    from fireflash.tasks import environments
+    from fireflash.tasks.loader import load_tasks
+
+    def missing(choice):
+        raise ContainerToolMissing("no container tool (test)")
+
+    monkeypatch.setattr(environments, "find_tool", missing)
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "ubuntu-apt-pip").symlink_to(FIXTURE)
+    shutil.copytree(BUNDLED, tmp_path / "tasks" / "csv-filter-rows")
+    tasks, errors = load_tasks([tmp_path / "tasks"], SandboxConfig(), print, only={"csv-filter-rows"})
+    assert [t.id for t in tasks] == ["csv-filter-rows"] and errors == []
+    tasks, errors = load_tasks([tmp_path / "tasks"], SandboxConfig(), print)  # the other needs a tool: said so
+    assert [t.id for t in tasks] == ["csv-filter-rows"] and "no container tool (test)" in errors[0]
+
+
 # --- real builds: the host's podman (make setup installs it) ---------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -250,3 +342,40 @@ def test_cli_keeps_an_existing_base_and_reports_a_cached_task_image(built, tmp_p
     assert "FROM ubuntu:24.04 (line 4) was substituted by localhost/fireflash/debian:trixie" in result.output
     record = json.loads((tmp_path / "ubuntu-apt-pip.json").read_text())
     assert record["schema_version"] == 1 and record["substitutions"][0]["line"] == 4
+
+
+@pytest.mark.images
+@pytest.mark.sandbox
+@pytest.mark.timeout(900)
+def test_a_task_the_host_cannot_run_is_solved_and_graded_in_its_image(built, tmp_path):
+    """End to end: loaded with sandbox.task_images='auto', forked from its image, solved, verified as root."""
+    import asyncio
+
+    from fireflash.grading.verifier import run_verifier
+    from fireflash.sandbox import make_backend
+    from fireflash.tasks.loader import load_task
+
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("the bwrap backend needs root and bubblewrap")
+    cfg = SandboxConfig(root_dir=f"/dev/shm/fireflash-test-{os.getpid()}-e2e", image_rootfs_dir=str(tmp_path / "rootfs"))
+    task = load_task(FIXTURE, cfg, print)
+    assert task.environment.image == built[0].image and task.environment.workdir == "/app"
+
+    async def attempt(solve: bool) -> bytes:
+        backend = make_backend(cfg)
+        try:
+            parent = await backend.prepare(task.environment, task.id)
+            sandbox = await parent.fork()
+            if solve:
+                await sandbox.write_file("/solution/solve.sh", (FIXTURE / "solution" / "solve.sh").read_bytes(), 0o755)
+                assert (await sandbox.exec("bash /solution/solve.sh && cat /app/answer.txt")).preview == "fireflash\n"
+            output = await run_verifier(task, sandbox)
+            assert output.error == "" and output.exit_code == 0, output
+            return output.reports["reward.txt"]
+        finally:
+            await backend.close()
+
+    assert asyncio.run(attempt(solve=True)).strip() == b"1"
+    assert asyncio.run(attempt(solve=False)).strip() == b"0"
+    assert not os.path.exists(cfg.root_dir) or not os.listdir(cfg.root_dir)
+    shutil.rmtree(cfg.root_dir, ignore_errors=True)

@@ -98,6 +98,22 @@ def test_bad_task_directories_name_file_and_field(tmp_path, breakage, match):
         load_task(task_dir)
 
 
+def test_agent_and_verifier_users_are_read_as_harbor_writes_them(tmp_path):
+    task_dir = copy_task(tmp_path)
+    config = (task_dir / "task.toml").read_text()
+    (task_dir / "task.toml").write_text(
+        config.replace("[agent]", '[agent]\nuser = "app"').replace("[verifier]", "[verifier]\nuser = 0")
+    )
+    env = load_task(task_dir).environment
+    assert (env.user, env.verifier_user) == ("app", "0")
+    (task_dir / "task.toml").write_text('[agent]\nuser = ""\n')
+    with pytest.raises(TaskLoadError, match=r"\[agent\]: user is empty"):
+        load_task(task_dir)
+    (task_dir / "task.toml").write_text("[verifier]\nuser = 1.5\n")
+    with pytest.raises(TaskLoadError, match=r"\[verifier\]: user = 1.5 must be str/int"):
+        load_task(task_dir)
+
+
 def test_bad_terminal_bench_yaml(tmp_path):
     target = tmp_path / "t"
     shutil.copytree(EXTERNAL / "tb1" / "greeting-file", target)

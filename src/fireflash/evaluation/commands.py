@@ -31,6 +31,7 @@ from typer.core import TyperGroup
 
 from fireflash.config import FireFlashConfig
 from fireflash.protocols import Task
+from fireflash.sandbox.config import SandboxConfig
 
 console = Console()
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)+=")
@@ -48,10 +49,10 @@ def _config(config: Path | None, overrides: list[str]) -> FireFlashConfig:
     return resolve_config(config, overrides)
 
 
-def _load_tasks(specs: list[str]) -> list[Task]:
+def _load_tasks(specs: list[str], sandbox: SandboxConfig) -> list[Task]:
     from fireflash.tasks.loader import load_tasks
 
-    tasks, errors = load_tasks(specs)
+    tasks, errors = load_tasks(specs, sandbox=sandbox)
     for e in errors:
         console.print(f"[yellow]skipped[/] {e}")
     if not tasks:
@@ -144,7 +145,7 @@ def eval_command(
     specs, overrides = split_args(args)
     cfg = _config(config, overrides)
     specs = specs or ["bundled:heldout"]
-    tasks = _load_tasks(specs)
+    tasks = _load_tasks(specs, cfg.sandbox)
     model_name = model or cfg.model.name_or_path
     ev = cfg.evaluation
     try:
@@ -202,7 +203,7 @@ def probe_command(
     except ConfigError as e:
         typer.echo(f"ConfigError: {e}", err=True)
         raise typer.Exit(2) from None
-    tasks = _load_tasks(specs or list(cfg.tasks.paths))
+    tasks = _load_tasks(specs or list(cfg.tasks.paths), cfg.sandbox)
     manifest_path = out or Path(cfg.tasks.pool_manifest or Path(cfg.tracking.run_dir) / "pool_manifest.json")
     p = cfg.tasks.probe
 

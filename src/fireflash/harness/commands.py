@@ -150,7 +150,7 @@ def run(
     _check_attempt_id(attempt_id)
     try:
         cfg = load_config(config, (overrides or []) + ([f"engine.kind={json.dumps(engine)}"] if engine else []))
-        task = load_task(task_dir)
+        task = load_task(task_dir, sandbox=cfg.sandbox)
     except (ConfigError, TaskLoadError) as e:
         _fail(f"{type(e).__name__}: {e}")
     _check_engine(cfg.engine.kind, script, cfg.engine.url)

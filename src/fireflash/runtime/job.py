@@ -134,7 +134,7 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
     else:
         refuse_existing_run(run_dir, "tracking.run_dir")
         check_model(cfg.model.name_or_path, cfg.model.cache_dir)
-    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest, cfg.tasks.gate_reports_dir)
+    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest, cfg.tasks.gate_reports_dir, sandbox=cfg.sandbox)
     if not cfg.tasks.allow_heldout:
         check_not_heldout(tasks, "tasks.paths", allow_with="tasks.allow_heldout=true")
     return tasks

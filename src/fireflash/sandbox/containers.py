@@ -50,6 +50,9 @@ class ContainerCommandFailed(SandboxError):
 class ImageInfo:
     id: str  # the full image id (sha256 hex, no prefix)
     labels: dict[str, str]
+    env: tuple[str, ...] = ()  # its ENV, as KEY=VALUE lines
+    workdir: str = ""  # its WORKDIR ('' when none)
+    user: str = ""  # its USER ('' when none: root)
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,19 @@ class ContainerTool:
         return done.returncode == 0
 
     def inspect(self, ref: str) -> ImageInfo:
-        """Id and labels of local image ``ref``.
+        """Id, labels and run configuration (ENV, WORKDIR, USER) of local image ``ref``.
 
         Raises:
             ContainerCommandFailed: the image is not in the local store.
         """
         if self.kind == "buildah":  # its --format templates have no json function
             data = json.loads(self.run("inspect", "--type", "image", ref))
-            return ImageInfo(data["FromImageID"].removeprefix("sha256:"), data["OCIv1"]["config"].get("Labels") or {})
-        out = self.run("image", "inspect", "--format", "{{.Id}} {{json .Config.Labels}}", ref)
-        image_id, _, labels = out.strip().partition(" ")
-        return ImageInfo(image_id.removeprefix("sha256:"), json.loads(labels or "null") or {})
+            image_id, config = data["FromImageID"], data["OCIv1"].get("config") or {}
+        else:
+            data = json.loads(self.run("image", "inspect", ref))[0]
+            image_id, config = data["Id"], data.get("Config") or {}
+        return ImageInfo(image_id.removeprefix("sha256:"), config.get("Labels") or {}, tuple(config.get("Env") or ()),
+                         config.get("WorkingDir") or "", config.get("User") or "")
 
     def pull(self, ref: str, timeout_sec: float) -> str | None:
         """Try to pull ``ref``; returns None on success, else why not (the tool's last line, or a timeout)."""

@@ -36,6 +36,9 @@ PathsArg = typer.Argument(
 ReportDirOpt = typer.Option(None, help="Write one JSON GateReport per task here.")
 GatesOpt = typer.Option(",".join(str(g) for g in GATE_NAMES), help="Comma-separated gates to run.")
 BackendOpt = typer.Option("bwrap", help="Sandbox backend (sandbox.backend).")
+TaskImagesOpt = typer.Option(
+    "auto", help="sandbox.task_images: auto (an image only for tasks the host's userland cannot run), always, never."
+)
 ColdStartsOpt = typer.Option(GatesConfig().cold_starts, help="Gate 4: cold starts per task.")
 RepeatsOpt = typer.Option(GatesConfig().determinism_repeats, help="Gate 9: scorings per state.")
 FuzzCasesOpt = typer.Option(GatesConfig().fuzz_cases, help="Gate 8: malformed workspaces per task.")
@@ -83,13 +86,14 @@ def _writable_dir(path: Path, option: str) -> None:
         _fail(f"{option}: cannot write into {path} ({e.strerror or e}); pass a writable directory")
 
 
-def _load(paths: list[str]) -> tuple[list[Task], list[str]]:
-    """Load every path (printing load errors); a path without any task is refused, never counted as 0/0 passed."""
+def _load(paths: list[str], sandbox: SandboxConfig) -> tuple[list[Task], list[str]]:
+    """Load every path (printing load errors); a path without any task is refused, never counted as 0/0 passed.
+    ``sandbox.task_images`` places each task on the host's userland or in its image (built now if needed)."""
     tasks: list[Task] = []
     errors: list[str] = []
     empty: list[str] = []
     for path in paths:
-        found, failed = load_tasks([path])
+        found, failed = load_tasks([path], sandbox=sandbox, say=console.print)
         tasks += found
         errors += failed
         if not found and not failed:
@@ -133,14 +137,15 @@ def validate(
     cold_starts: int = ColdStartsOpt,
     determinism_repeats: int = RepeatsOpt,
     fuzz_cases: int = FuzzCasesOpt,
+    task_images: str = TaskImagesOpt,
 ) -> None:
     """Run the nine gates on every task; print a table; exit 1 if any task (or task directory) fails."""
     cfg = _options(GatesConfig, cold_starts=cold_starts, determinism_repeats=determinism_repeats, fuzz_cases=fuzz_cases)
-    sandbox = _options(SandboxConfig, backend=backend)
+    sandbox = _options(SandboxConfig, backend=backend, task_images=task_images)
     selected = _gates(gates)
     if report_dir:
         _writable_dir(report_dir, f"--report-dir {report_dir}")
-    tasks, errors = _load(paths)
+    tasks, errors = _load(paths, sandbox)
 
     def on_report(report: GateReport) -> None:
         mark = "[green]PASS[/green]" if report.passed else f"[red]FAIL {report.failed_gates}[/red]"
@@ -183,15 +188,16 @@ def fuzz(
     backend: str = BackendOpt,
     repeats: int = FuzzRepeatsOpt,
     report: Path | None = ReportOpt,
+    task_images: str = TaskImagesOpt,
 ) -> None:
     """Score malformed workspaces with each task's grader; exit 1 on any crash or non-identical rescoring."""
-    sandbox = _options(SandboxConfig, backend=backend)
+    sandbox = _options(SandboxConfig, backend=backend, task_images=task_images)
     for option, value in (("--cases", cases), ("--repeats", repeats)):
         if value < 1:
             _fail(f"{option} {value}: must be at least 1")
     if report:
         _writable_dir(report.parent, f"--report {report}")
-    tasks, errors = _load(paths)
+    tasks, errors = _load(paths, sandbox)
     if not tasks:
         _fail(f"no task loaded from {', '.join(paths)}; fix the load errors above")
 

@@ -2,6 +2,11 @@
 
     task = load_task("path/to/task")                  # one directory → fireflash.protocols.Task
     tasks, errors = load_tasks(["bundled:train", "my-tasks/"])   # never stops at the first bad task
+    tasks, errors = load_tasks(paths, sandbox=cfg.sandbox)       # tasks that need it run in their image
+
+Without ``sandbox`` every task runs on the host's userland (its Dockerfile materialised), and one that
+cannot is a load error. With it, ``sandbox.task_images`` decides which tasks run in their own image
+(tasks/environments.py), built on first use.
 
 A path holding ``task.toml`` is a Harbor task, one holding ``task.yaml`` a Terminal-Bench-1 task; any
 other directory is searched one level down for tasks. Bad directories raise ``TaskLoadError`` naming
@@ -15,6 +20,7 @@ import re
 import shlex
 import shutil
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ from pydantic import ValidationError
 
 from fireflash.models import cache_root
 from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
+from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
 from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
 from fireflash.tasks.paths import TaskPaths
@@ -77,24 +84,39 @@ def _str_list(value: Any, where: str) -> list[str]:
 
 
 def _environment(
-    dockerfile: Path, context: Path, overrides: dict[str, Any], where: str, keep_git_history: bool = False
+    dockerfile: Path,
+    context: Path,
+    overrides: dict[str, Any],
+    where: str,
+    keep_git_history: bool = False,
+    images: bool = False,
 ) -> tuple[TaskEnvironment, dict[str, Any]]:
-    """The task's environment; its last setup command strips git history beyond HEAD (``git_strip``)
-    unless the task sets ``keep_git_history``, which ``extra`` then records for gate 5."""
+    """The task's environment on the host's userland (its Dockerfile materialised), and metadata; its last
+    setup command strips git history beyond HEAD (``git_strip``) unless the task sets ``keep_git_history``,
+    which ``extra`` then records for gate 5.
+
+    Args:
+        images: a Dockerfile that cannot be materialised is kept for its image (``TaskEnvironment.dockerfile``
+            set, the reason in ``metadata['host_userland']``) instead of failing the load.
+    """
     fields: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     if dockerfile.is_file():
         try:
             docker = materialise_dockerfile(dockerfile, context)
         except NeedsContainerBackend as e:
-            raise TaskLoadError(f"needs a container backend: {e}") from None
-        fields.update(
-            workdir=docker.workdir if docker.workdir != "/" else "/app",
-            files_dir=docker.files_dir,
-            setup_commands=docker.setup_commands,
-            env=docker.env,
-        )
-        extra.update(dockerfile=str(dockerfile), base_image=docker.base_image)
+            if not images:
+                raise TaskLoadError(f"needs a container backend: {e}") from None
+            fields.update(dockerfile=dockerfile)
+            extra.update(dockerfile=str(dockerfile), host_userland=str(e))
+        else:
+            fields.update(
+                workdir=docker.workdir if docker.workdir != "/" else "/app",
+                files_dir=docker.files_dir,
+                setup_commands=docker.setup_commands,
+                env=docker.env,
+            )
+            extra.update(dockerfile=str(dockerfile), base_image=docker.base_image)
     fields.update({k: v for k, v in overrides.items() if v is not None})
     if keep_git_history:
         extra[KEEP_FIELD] = True
@@ -106,8 +128,18 @@ def _environment(
         raise TaskLoadError(f"{where}: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
 
 
-def load_harbor(root: Path) -> Task:
+def _user(table: dict[str, Any], where: str) -> str | None:
+    """``user`` of an [agent] or [verifier] table: a name or uid (``name:group`` too), as Harbor takes it."""
+    value = _typed(table, "user", (str, int), where)
+    _need(value is None or str(value).strip() != "", f"{where}: user is empty; name a user of the image or omit it")
+    return None if value is None else str(value).strip()
+
+
+def load_harbor(root: Path, images: bool = False) -> Task:
     """A Harbor task directory (``TaskPaths``) → ``Task``.
+
+    Args:
+        images: keep a Dockerfile the host's userland cannot run for the task's image (see ``_environment``).
 
     Raises:
         TaskLoadError: missing instruction.md / task.toml / tests/test.sh, unparsable TOML, wrong field types,
@@ -135,12 +167,16 @@ def load_harbor(root: Path) -> Task:
         "cpus": _typed(env_t, "cpus", (int, float), f"{where} [environment]"),
         "allow_internet": _typed(env_t, "allow_internet", bool, f"{where} [environment]"),
         "workdir": _typed(env_t, "workdir", str, f"{where} [environment]"),
+        "user": _user(tables["agent"], f"{where} [agent]"),
+        "verifier_user": _user(tables["verifier"], f"{where} [verifier]"),
     }
     for key, alias in (("memory_mb", "memory"), ("storage_mb", "storage")):
         if key in env_t or alias in env_t:
             overrides[key] = _megabytes(env_t.get(key, env_t.get(alias)), f"{where} [environment] {key}")
     keep = _typed(env_t, KEEP_FIELD, bool, f"{where} [environment]")
-    environment, extra = _environment(paths.dockerfile, paths.environment_dir, overrides, where, bool(keep))
+    environment, extra = _environment(
+        paths.dockerfile, paths.environment_dir, overrides, where, bool(keep), images
+    )
     agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
     verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
     build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
@@ -201,8 +237,10 @@ def _stage_tb1_tests(paths: TaskPaths) -> Path:
     return target
 
 
-def load_terminal_bench(root: Path) -> Task:
+def load_terminal_bench(root: Path, images: bool = False) -> Task:
     """A Terminal-Bench-1 task directory (task.yaml, Dockerfile, solution.sh, run-tests.sh, tests/) → ``Task``.
+
+    ``images``: as for ``load_harbor``.
 
     Raises:
         TaskLoadError: missing or unparsable task.yaml, no instruction, wrong field types, no
@@ -222,7 +260,7 @@ def load_terminal_bench(root: Path) -> Task:
         f"{paths.tb1_run_tests}: missing; Terminal-Bench tasks grade with run-tests.sh",
     )
     keep = _typed(config, KEEP_FIELD, bool, where)
-    environment, extra = _environment(paths.tb1_dockerfile, root, {}, where, bool(keep))
+    environment, extra = _environment(paths.tb1_dockerfile, root, {}, where, bool(keep), images)
     agent_timeout = _typed(config, "max_agent_timeout_sec", (int, float), where)
     test_timeout = _typed(config, "max_test_timeout_sec", (int, float), where)
     tags = _str_list(config.get("tags"), f"{where} tags")
@@ -255,17 +293,30 @@ def is_task_dir(path: Path) -> bool:
     )
 
 
-def load_task(path: str | Path) -> Task:
+def load_task(path: str | Path, sandbox: SandboxConfig | None = None, say: Callable[[str], None] = print) -> Task:
     """One task directory, Harbor (task.toml) or Terminal-Bench 1 (task.yaml) → ``Task``.
 
+    Args:
+        sandbox: when given, ``sandbox.task_images`` decides whether the task runs in its image
+            (tasks/environments.py; the image is built now if it is not yet local). None: host userland only.
+        say: receives the lines the user must see (an image built, a base substituted).
+
     Raises:
-        TaskLoadError: not a directory, neither format, or malformed (the message names file and field).
+        TaskLoadError: not a directory, neither format, or malformed (the message names file and field); or
+            the task needs its image and it cannot be had (no container tool, a failed build).
     """
     root = Path(path).resolve()
     _need(root.is_dir(), f"{root}: not a directory; pass a task directory holding task.toml or task.yaml")
+    images = sandbox is not None
     if (root / "task.yaml").is_file() and not (root / "task.toml").is_file():
-        return load_terminal_bench(root)
-    return load_harbor(root)
+        task = load_terminal_bench(root, images)
+    else:
+        task = load_harbor(root, images)
+    if sandbox is None:
+        return task
+    from fireflash.tasks.environments import place  # it builds images: imported only when asked to
+
+    return place(task, sandbox, say)
 
 
 def _expand(spec: str | Path) -> list[Path]:
@@ -318,10 +369,16 @@ def _generated(text: str) -> list[Path]:
         raise TaskLoadError(f"{text}: {e}") from None
 
 
-def load_tasks(paths: list[str | Path]) -> tuple[list[Task], list[str]]:
+def load_tasks(
+    paths: list[str | Path],
+    sandbox: SandboxConfig | None = None,
+    say: Callable[[str], None] = print,
+    only: set[str] | None = None,
+) -> tuple[list[Task], list[str]]:
     """Load every task under ``paths`` (task dirs, dirs of tasks, 'bundled:SPLIT', or
     'generated:N[:SEED[:FAMILY,...]]', N instances of each (or each named) generated task family,
-    ``fireflash.tasks.families``).
+    ``fireflash.tasks.families``). ``sandbox`` and ``say``: as for ``load_task``; ``only``: skip task
+    directories whose name (a task's id) is not in it, before loading (no image is built for them).
 
     Returns:
         (tasks, errors): one error string per bad task or path; the good ones load regardless.
@@ -336,8 +393,10 @@ def load_tasks(paths: list[str | Path]) -> tuple[list[Task], list[str]]:
             continue
         split = str(spec).removeprefix("bundled:") if str(spec).startswith("bundled:") else None
         for d in dirs:
+            if only is not None and d.name not in only:
+                continue
             try:
-                task = load_task(d)
+                task = load_task(d, sandbox, say)
             except TaskLoadError as e:
                 errors.append(str(e))
                 continue
@@ -378,11 +437,16 @@ def check_not_heldout(tasks: list[Task], field: str, allow_with: str | None = No
 
 
 def load_pool(
-    paths: list[str], pool_manifest: str | Path | None = None, gate_reports_dir: str | Path | None = None
+    paths: list[str],
+    pool_manifest: str | Path | None = None,
+    gate_reports_dir: str | Path | None = None,
+    sandbox: SandboxConfig | None = None,
+    say: Callable[[str], None] = print,
 ) -> list[Task]:
     """The training pool: every task under ``paths`` (``TasksConfig.paths``), restricted to the ids a
     probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set, with each task's gate-6 calibration
-    (free checks earn no partial credit) applied from its gate report when ``gate_reports_dir`` is set.
+    (free checks earn no partial credit) applied from its gate report when ``gate_reports_dir`` is set;
+    ``sandbox``, ``say`` as for ``load_task``.
 
     Raises:
         TaskLoadError: any task fails to load (training never starts on a silently smaller pool), no task
@@ -391,11 +455,11 @@ def load_pool(
     from fireflash.tasks.gates import apply_gate_reports
     from fireflash.tasks.probe import load_pool_manifest
 
-    tasks, errors = load_tasks(list(paths))
+    kept = set(load_pool_manifest(pool_manifest)) if pool_manifest is not None else None
+    tasks, errors = load_tasks(list(paths), sandbox, say, only=kept)
     if errors:
         raise TaskLoadError(f"{len(errors)} task(s) failed to load:\n" + "\n".join(errors))
-    if pool_manifest is not None:
-        kept = load_pool_manifest(pool_manifest)
+    if kept is not None:
         tasks = [t for t in tasks if t.id in kept]
     if not tasks:
         where = f" kept by {pool_manifest}" if pool_manifest else ""
