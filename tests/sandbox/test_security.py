@@ -1,11 +1,17 @@
-"""Security suite (issue 3): escape and abuse attempts, each asserting it fails or is contained.
+"""Security suite (issues 3, 26): escape and abuse attempts, each asserting it fails or is contained.
 
-Limits are small (64 MiB memory, 48 pids, 16 MiB disk, 8 MiB /tmp, a quarter core) so the abusive
-cases finish fast. Every sandbox is checked on close to leave no process, mount, cgroup or directory.
+Every test runs twice: on the host's userland (the agent is uid 1000) and forked from an image (marker
+``images``: conftest.sandbox_image, root inside a user namespace). Where root inside an image may do
+what the host's uid 1000 may not (write /usr, read /etc/shadow), the test checks that what it reaches is
+the image's own copy in its overlay, never the host's nor the exported rootfs, and that the image's
+non-root user is refused as uid 1000 is. Limits are small (64 MiB memory, 48 pids, 16 MiB disk, 8 MiB
+/tmp, a quarter core) so the abusive cases finish fast. Every sandbox is checked on close to leave no
+process, mount, cgroup or directory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -16,6 +22,7 @@ import pytest
 
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig, linux
+from fireflash.sandbox.identity import ROOT_CAPS
 
 pytestmark = pytest.mark.sandbox
 
@@ -23,7 +30,7 @@ SECRET = "fireflash-host-secret-7d1e"
 
 
 @pytest.fixture(scope="module")
-def cfg(root_dir: str) -> SandboxConfig:
+def cfg(root_dir: str, image_rootfs_dir: str) -> SandboxConfig:
     return SandboxConfig(
         root_dir=root_dir,
         cgroup_pool_size=1,
@@ -31,16 +38,38 @@ def cfg(root_dir: str) -> SandboxConfig:
         preview_chars=400,
         tmp_size_mb=8,
         output_size_mb=8,
+        image_rootfs_dir=image_rootfs_dir,
     )
 
 
+@pytest.fixture(scope="module", params=["host", pytest.param("image", marks=pytest.mark.images)])
+def userland(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def env(task_files: Path) -> TaskEnvironment:
-    return TaskEnvironment(files_dir=task_files, memory_mb=64, pids_max=48, storage_mb=16, cpus=0.25)
+def env(task_files: Path, userland: str, request: pytest.FixtureRequest) -> TaskEnvironment:
+    image = request.getfixturevalue("sandbox_image") if userland == "image" else None
+    return TaskEnvironment(files_dir=task_files, memory_mb=64, pids_max=48, storage_mb=16, cpus=0.25, image=image)
+
+
+@pytest.fixture(scope="module")
+def parent(run, backend, env: TaskEnvironment, userland: str):
+    return run(backend.prepare(env, f"test-task-{userland}"))
 
 
 def sh(run, sandbox, command: str, timeout_sec: float = 10.0):
     return run(sandbox.exec(command, timeout_sec=timeout_sec))
+
+
+def image_file(sandbox, path: str) -> bytes:
+    """``path`` as the image's exported rootfs has it (the sandbox's lowest layer)."""
+    return (sandbox.backend._rootfs[sandbox.env.image][0].path / path.lstrip("/")).read_bytes()
+
+
+def as_agent(run, sandbox):
+    """A fork of an image-backed sandbox as the image's non-root user (uid 1000, as on the host's userland)."""
+    return run(sandbox.fork(user="agent"))
 
 
 # ── network ──
@@ -89,12 +118,22 @@ def test_only_loopback_interface(run, sandbox):
 
 
 def test_etc_shadow_unreadable(run, sandbox):
+    if sandbox.identity.image:  # root reads the image's own shadow, never the host's; its other users cannot
+        assert run(sandbox.read_file("/etc/shadow")) == image_file(sandbox, "/etc/shadow") != Path("/etc/shadow").read_bytes()
+        sandbox = as_agent(run, sandbox)
     r = sh(run, sandbox, "cat /etc/shadow")
     assert r.exit_code != 0 and "Permission denied" in r.preview
+    if sandbox.identity.image:
+        run(sandbox.close())
 
 
 def test_host_home_not_visible(run, sandbox):
     assert Path("/root").exists()
+    if sandbox.identity.image:  # /root is the image's
+        listing = sh(run, sandbox, "ls -A /root").preview.split()
+        assert sorted(listing) == sorted(os.listdir(sandbox.backend._rootfs[sandbox.env.image][0].path / "root"))
+        assert not set(listing) & (set(os.listdir("/root")) - set(listing))
+        return
     r = sh(run, sandbox, "ls -A /root; cat /root/.bashrc")
     assert r.exit_code != 0 and "No such file" in r.preview
 
@@ -108,11 +147,25 @@ def test_repo_and_host_tmp_not_visible(run, sandbox, tmp_path):
 
 def test_system_dirs_read_only(run, sandbox):
     r = sh(run, sandbox, "touch /usr/bin/ff-evil /etc/ff-evil /bin/ff-evil")
-    assert r.preview.count("Read-only file system") == 3
+    if sandbox.identity.image:  # root writes its overlay: neither the image's rootfs nor the host's /usr
+        assert r.exit_code == 0 and sh(run, sandbox, "ls /usr/bin/ff-evil").exit_code == 0
+        with pytest.raises(FileNotFoundError):
+            image_file(sandbox, "/usr/bin/ff-evil")
+        agent = as_agent(run, sandbox)
+        r = sh(run, agent, "touch /usr/bin/ff-evil2 /etc/ff-evil2 /bin/ff-evil2")
+        run(agent.close())
+        assert r.preview.count("Permission denied") == 3
+    else:
+        assert r.preview.count("Read-only file system") == 3
     assert not Path("/usr/bin/ff-evil").exists() and not Path("/etc/ff-evil").exists()
 
 
 def test_top_level_dirs_stay_inside(run, sandbox):
+    if sandbox.identity.image:  # root may rename and delete the image's files, in its overlay only
+        r = sh(run, sandbox, "mkdir /ff-evil && touch /ff-evil/x && echo made; rm /etc/hostname && echo removed")
+        assert r.preview.split() == ["made", "removed"] and not Path("/ff-evil").exists()
+        assert Path("/etc/hostname").exists() and image_file(sandbox, "/etc/hostname")
+        return
     r = sh(run, sandbox, "mkdir /ff-evil && touch /ff-evil/x && echo made; mv /usr /usr2; rm /etc/hostname")
     assert r.preview.startswith("made") and not Path("/ff-evil").exists()
     assert "Device or resource busy" in r.preview and "Read-only file system" in r.preview
@@ -125,20 +178,34 @@ def test_host_read_file_does_not_follow_links_out(run, sandbox):
         sandbox,
         "ln -s /etc/shadow /app/l1; ln -s /root/.bashrc /app/l2; ln -s ../../../../../../etc/shadow /app/l3",
     )
+    if sandbox.identity.image:  # root's reads: the image's own files, resolved inside the sandbox
+        shadow = image_file(sandbox, "/etc/shadow")
+        assert run(sandbox.read_file("/app/l1")) == shadow == run(sandbox.read_file("/app/l3"))
+        assert run(sandbox.read_file("/app/l2")) == image_file(sandbox, "/root/.bashrc")
+        assert shadow != Path("/etc/shadow").read_bytes()
+        sandbox = as_agent(run, sandbox)
     with pytest.raises(PermissionError):
         run(sandbox.read_file("/app/l1"))  # the sandbox's own /etc/shadow, read with the sandbox uid
-    with pytest.raises(FileNotFoundError):
-        run(sandbox.read_file("/app/l2"))  # resolved inside: the sandbox's /root is empty
+    with pytest.raises(FileNotFoundError if not sandbox.identity.image else PermissionError):
+        run(sandbox.read_file("/app/l2"))  # resolved inside: the sandbox's /root is empty (the image's: closed)
     with pytest.raises(PermissionError):
         run(sandbox.read_file("/app/l3"))  # '..' stops at the sandbox root
+    if sandbox.identity.image:
+        run(sandbox.close())
 
 
 def test_host_write_file_through_link_stays_inside(run, sandbox, tmp_path):
     target = tmp_path / "host-target.txt"
     target.write_text("untouched")
     sh(run, sandbox, f"ln -s /etc/passwd /app/w1; mkdir -p {target.parent}; ln -s {target} /app/w2")
-    with pytest.raises(OSError):
+    host_passwd = Path("/etc/passwd").read_bytes()
+    if sandbox.identity.image:  # root may write the image's /etc/passwd: in its overlay
         run(sandbox.write_file("/app/w1", b"evil"))
+        assert sh(run, sandbox, "cat /etc/passwd").preview == "evil" and image_file(sandbox, "/etc/passwd") != b"evil"
+    else:
+        with pytest.raises(OSError):
+            run(sandbox.write_file("/app/w1", b"evil"))
+    assert Path("/etc/passwd").read_bytes() == host_passwd
     run(sandbox.write_file("/app/w2", b"inside"))  # lands in the sandbox's own /tmp
     assert target.read_text() == "untouched"
     assert sh(run, sandbox, f"cat {target}").preview == "inside"
@@ -155,13 +222,19 @@ def test_output_file_replaced_by_link_leaks_nothing(run, sandbox):
 def test_proc_root_magic_link_blocked(run, sandbox):
     with pytest.raises(OSError):
         run(sandbox.read_file("/proc/1/root/etc/shadow"))
-    r = sh(run, sandbox, "cat /proc/1/root/etc/shadow")
-    assert r.exit_code != 0
+    r = sh(run, sandbox, "sha256sum < /proc/1/root/etc/shadow")
+    if sandbox.identity.image:  # its own pid 1's root is its own root: the image's shadow
+        assert r.preview.split()[0] == hashlib.sha256(image_file(sandbox, "/etc/shadow")).hexdigest()
+    else:
+        assert r.exit_code != 0
 
 
 def test_hard_link_to_protected_file_denied(run, sandbox):
-    r = sh(run, sandbox, "ln /etc/shadow /app/hard")
+    agent = as_agent(run, sandbox) if sandbox.identity.image else sandbox  # root owns the image's shadow
+    r = sh(run, agent, "ln /etc/shadow /app/hard")
     assert r.exit_code != 0
+    if agent is not sandbox:
+        run(agent.close())
 
 
 def test_fork_snapshot_copies_links_not_targets(run, sandbox):
@@ -169,7 +242,11 @@ def test_fork_snapshot_copies_links_not_targets(run, sandbox):
     child = run(sandbox.fork())
     try:
         assert run(child.exec("readlink /app/snap-link")).preview == "/etc/shadow\n"
-        assert run(child.exec("cat /app/snap-link")).exit_code != 0
+        r = run(child.exec("sha256sum < /app/snap-link"))
+        if sandbox.identity.image:  # the link resolves in the child, to the image's own file
+            assert r.preview.split()[0] == hashlib.sha256(image_file(sandbox, "/etc/shadow")).hexdigest()
+        else:
+            assert r.exit_code != 0
     finally:
         run(child.close())
 
@@ -217,17 +294,23 @@ def test_kernel_module_load_denied(run, sandbox):
 
 
 def test_no_capabilities_and_no_new_privs_also_after_restart(run, sandbox):
+    # image: root holds a container's capabilities (no CAP_SYS_ADMIN...) inside its user namespace only
+    caps, uid = (f"{sum(1 << n for n in ROOT_CAPS.values()):016x}", "0") if sandbox.identity.image else ("0" * 16, "1000")
     for _ in range(2):
         r = sh(run, sandbox, "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status; id -u")
         fields = dict(line.split(":\t") for line in r.preview.splitlines()[:3])
-        assert fields == {"CapPrm": "0000000000000000", "CapEff": "0000000000000000", "NoNewPrivs": "1"}
-        assert r.preview.splitlines()[3] == "1000"
+        assert fields == {"CapPrm": caps, "CapEff": caps, "NoNewPrivs": "1"}
+        assert r.preview.splitlines()[3] == uid
         sh(run, sandbox, "exit 1")  # the next shell joins the sandbox another way
+    assert not int(caps, 16) & (1 << 21)  # CAP_SYS_ADMIN
 
 
 def test_setuid_binaries_do_not_elevate(run, sandbox):
-    r = sh(run, sandbox, "su -c 'id -u' root; sudo -n id -u; id -u")
+    agent = as_agent(run, sandbox) if sandbox.identity.image else sandbox  # root has nothing to gain
+    r = sh(run, agent, "su -c 'id -u' root; sudo -n id -u; id -u")
     assert r.preview.strip().splitlines()[-1] == "1000" and "\n0\n" not in f"\n{r.preview}"
+    if agent is not sandbox:
+        run(agent.close())
 
 
 def test_limits_and_cgroups_cannot_be_changed(run, sandbox):
@@ -249,8 +332,8 @@ def test_environment_has_no_host_variables(run, sandbox, monkeypatch):
 
 
 def test_minimal_dev_and_no_sys(run, sandbox):
-    r = sh(run, sandbox, "ls /dev; ls /sys")
-    assert "vda" not in r.preview and "sda" not in r.preview and r.exit_code != 0
+    r = sh(run, sandbox, "ls /dev; ls -A /sys | wc -l")
+    assert "vda" not in r.preview and "sda" not in r.preview and r.preview.split()[-1] == "0"  # an image's /sys: empty
 
 
 # ── resources ──
