@@ -1,11 +1,14 @@
 """Sandbox fork and shell latency, measured side by side in one run (issue 3).
 
-    .venv/bin/python benchmarks/sandbox_fork.py [--forks 100] [--files 2000] [--mb 50] [--copies 5]
+    .venv/bin/python benchmarks/sandbox_fork.py [--forks 100] [--files 2000] [--mb 50] [--copies 5] [--image REF]
 
 Builds a task parent of ``--files`` files totalling ``--mb`` MB, then prints p50/p99 of:
 
 1. fork lifecycle: ``fork() → exec("true") → close()`` (target: p50 ≤ 15 ms, p99 ≤ 40 ms), with the
-   default ``prefork`` (children of the parent started ahead, in the background) and cold;
+   default ``prefork`` (children of the parent started ahead, in the background) and cold; then the same
+   for an image-backed task (issue 26): an image ``FROM --image`` (default the local Debian trixie base)
+   holding the same number of files in /app, its rootfs the overlay's lowest layer, root inside a user
+   namespace (skipped, saying why, without a container tool);
 2. a plain ``cp -a`` copy of the parent's files (+ ``rm -rf``), the naive way to give each attempt its
    own files (``--copies`` runs: each takes seconds);
 3. a new process per command (``subprocess.run(["true"])``, no isolation), the floor of any
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig, make_backend
+from fireflash.sandbox.config import TRIXIE
 
 
 def percentiles(samples_sec: list[float]) -> tuple[float, float]:
@@ -38,13 +43,28 @@ def percentiles(samples_sec: list[float]) -> tuple[float, float]:
     return tuple(ms[min(len(ms) - 1, max(0, round(q * len(ms)) - 1))] for q in (0.50, 0.99))  # type: ignore[return-value]
 
 
-def build_files(root: Path, n_files: int, total_mb: int) -> None:
-    """``n_files`` files in 40 directories, ``total_mb`` MB in all (random bytes: no compression tricks)."""
+def build_files(root: Path, n_files: int, total_mb: int, seed: int | None = None) -> None:
+    """``n_files`` files in 40 directories, ``total_mb`` MB in all (random bytes: no compression tricks;
+    with ``seed`` the same bytes every run, so an image built from them is built once)."""
     size = total_mb * 1_000_000 // n_files
+    rng = random.Random(seed)
     for i in range(n_files):
         d = root / f"dir{i % 40:02d}"
         d.mkdir(exist_ok=True)
-        (d / f"file{i:05d}.dat").write_bytes(os.urandom(size))
+        (d / f"file{i:05d}.dat").write_bytes(os.urandom(size) if seed is None else rng.randbytes(size))
+
+
+def build_image(base: str, n_files: int, total_mb: int) -> str:
+    """An image ``FROM base`` with the benchmark's files in /app (built once: its tag follows its content)."""
+    from fireflash.tasks.images import task_image
+
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        env_dir = Path(tmp) / "task" / "environment"
+        (env_dir / "app").mkdir(parents=True)
+        build_files(env_dir / "app", n_files, total_mb, seed=0)
+        (env_dir / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\nCOPY app/ /app/\n")
+        (env_dir.parent / "task.toml").write_text('version = "1.0"\n')
+        return task_image(env_dir.parent, SandboxConfig(), say=lambda line: None).image
 
 
 def time_cp(files: Path, runs: int) -> list[float]:
@@ -101,11 +121,11 @@ def time_bwrap_per_command(runs: int, uid: int) -> list[float]:
 
 
 async def time_sandbox(
-    files: Path, forks: int, commands: int, prefork: int
+    env: TaskEnvironment, forks: int, commands: int, prefork: int, rootfs_dir: str | None = None
 ) -> tuple[list[float], list[float]]:
-    backend = make_backend(SandboxConfig(cgroup_pool_size=2, prefork=prefork))
+    backend = make_backend(SandboxConfig(cgroup_pool_size=2, prefork=prefork, image_rootfs_dir=rootfs_dir))
     try:
-        parent = await backend.prepare(TaskEnvironment(files_dir=files), "bench")
+        parent = await backend.prepare(env, "bench")
         for _ in range(3):  # warm-up: launcher start, page cache
             child = await parent.fork()
             await child.exec("true")
@@ -137,17 +157,40 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--copies", type=int, default=5, help="cp -a runs (each takes seconds)")
     ap.add_argument("--commands", type=int, default=300, help="persistent-shell commands")
+    ap.add_argument("--image", default=TRIXIE, help="base of the image-backed task; '' skips those rows")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared: judge the numbers by it)")
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
         files = Path(tmp) / "parent"
         files.mkdir()
         build_files(files, args.files, args.mb)
-        fork, shell = asyncio.run(
-            time_sandbox(files, args.forks, args.commands, prefork=SandboxConfig().prefork)
-        )
-        cold, _ = asyncio.run(time_sandbox(files, args.forks, 1, prefork=0))
+        env = TaskEnvironment(files_dir=files)
+        fork, shell = asyncio.run(time_sandbox(env, args.forks, args.commands, prefork=SandboxConfig().prefork))
+        cold, _ = asyncio.run(time_sandbox(env, args.forks, 1, prefork=0))
         cp = time_cp(files, args.copies)
+    image_rows, why_not = [], "--image ''"
+    if args.image:
+        try:
+            started = time.perf_counter()
+            image = build_image(args.image, args.files, args.mb)
+            print(f"image-backed task: {image} (built or found in {time.perf_counter() - started:.0f} s)")
+        except Exception as e:  # noqa: BLE001 - no tool, no base: the host rows still stand
+            image, why_not = None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        if image:
+            with tempfile.TemporaryDirectory(dir="/var/tmp") as rootfs_dir:
+                env = TaskEnvironment(image=image, workdir="/app")
+                started = time.perf_counter()
+                asyncio.run(time_sandbox(env, 0, 1, prefork=0, rootfs_dir=rootfs_dir))  # exports the rootfs once
+                print(f"rootfs exported in {time.perf_counter() - started:.1f} s (once per image)")
+                i_fork, i_shell = asyncio.run(
+                    time_sandbox(env, args.forks, args.commands, SandboxConfig().prefork, rootfs_dir)
+                )
+                i_cold, _ = asyncio.run(time_sandbox(env, args.forks, 1, prefork=0, rootfs_dir=rootfs_dir))
+            image_rows = [
+                (f"image-backed: fork → exec true → close ({args.forks}x, root in a user namespace)", i_fork),
+                ("  same, cold (prefork=0)", i_cold),
+                (f"  persistent shell in it: exec('true') ({args.commands}x)", i_shell),
+            ]
     proc = time_new_process(args.forks)
     bwrap = time_bwrap_per_command(max(20, args.forks // 2), SandboxConfig().sandbox_uid)
     rows = [
@@ -157,6 +200,7 @@ def main() -> None:
         (f"new process per command: true ({args.forks}x)", proc),
         (f"persistent shell: exec('true') ({args.commands}x)", shell),
         (f"new bwrap sandbox per command: true ({len(bwrap)}x)", bwrap),
+        *image_rows,
     ]
     print(f"{'':70s} {'p50 ms':>9s} {'p99 ms':>9s}")
     for name, samples in rows:
@@ -179,6 +223,14 @@ def main() -> None:
         f"targets: fork p50 <= 15 ms ({'met' if f50 <= 15 else 'MISSED'}), p99 <= 40 ms ({'met' if f99 <= 40 else 'MISSED'}), "
         f"shell p50 <= 1 ms ({'met' if percentiles(shell)[0] <= 1 else 'MISSED'})"
     )
+    if image_rows:
+        i50, i99 = percentiles(image_rows[0][1])
+        print(
+            f"image-backed targets: fork p50 <= 15 ms ({'met' if i50 <= 15 else 'MISSED'}), p99 <= 40 ms "
+            f"({'met' if i99 <= 40 else 'MISSED'}); image / host fork (p50): {i50 / f50:.2f}x"
+        )
+    else:
+        print(f"image-backed rows skipped: {why_not}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
