@@ -15,7 +15,7 @@ from fireflash.sandbox import SandboxConfig, linux
 from fireflash.sandbox.errors import SandboxError
 from fireflash.sandbox.identity import ROOT_CAPS, image_identity
 from fireflash.sandbox.layers import build_image_skeleton, build_task_layer
-from fireflash.sandbox.rootfs import IMAGE_IDS, shift_ownership
+from fireflash.sandbox.rootfs import IMAGE_IDS, host_ids_in_range, shift_ownership
 
 BASE = 1_000_000_000
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chowns files and writes user namespace maps (root)")
@@ -158,3 +158,13 @@ def test_sandbox_uid_inside_the_image_range_is_a_config_error():
     with pytest.raises(ValueError, match="sandbox.sandbox_uid = 1000000005 lies in the image id range"):
         SandboxConfig(sandbox_uid=1_000_000_005)
     SandboxConfig(image_uid_base=200_000)  # apart: fine
+
+
+def test_host_users_and_subordinate_ranges_inside_the_image_ids_are_found(tmp_path):
+    passwd, subuid = tmp_path / "passwd", tmp_path / "subuid"
+    passwd.write_text("root:x:0:0::/root:/bin/sh\nodd:x:1000000007:1:::/bin/sh\n")
+    subuid.write_text("alice:100000:65536\nbob:999990000:10001\n")
+    assert host_ids_in_range(BASE, passwd, subuid) == [
+        f"user odd (uid 1000000007, {passwd})", f"bob's subordinate ids 999990000..1000000000 ({subuid})"]
+    assert host_ids_in_range(2 * BASE, passwd, subuid) == []
+    assert host_ids_in_range(BASE) == []  # this host: the default range is free

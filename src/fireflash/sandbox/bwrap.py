@@ -77,7 +77,7 @@ from fireflash.sandbox.containers import ContainerTool, find_tool
 from fireflash.sandbox.errors import SandboxError, SandboxUnavailable
 from fireflash.sandbox.identity import HOME, USER, Identity, host_identity, image_identity
 from fireflash.sandbox.layers import Layer, build_image_skeleton, build_skeleton, build_task_layer
-from fireflash.sandbox.rootfs import image_rootfs
+from fireflash.sandbox.rootfs import host_ids_in_range, image_rootfs
 from fireflash.sandbox.slots import SlotPool
 
 T = TypeVar("T")
@@ -292,6 +292,13 @@ class BwrapBackend:
             if image in self._rootfs:
                 return self._rootfs[image]
             loop = asyncio.get_running_loop()
+            clashes = host_ids_in_range(self.cfg.image_uid_base)
+            if clashes:
+                raise SandboxUnavailable(
+                    f"parent {name!r}: image sandboxes use host ids {self.cfg.image_uid_base}..+65535 "
+                    f"(sandbox.image_uid_base), which {', '.join(clashes)} already use; set sandbox.image_uid_base "
+                    "to a free range"
+                )
             try:
                 if self._tool is None:
                     self._tool = find_tool(self.cfg.image_builder)

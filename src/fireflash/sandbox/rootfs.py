@@ -103,6 +103,10 @@ def image_rootfs(
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f"{target.name}.tmp-*"):  # an export killed halfway
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(mode=0o755)
@@ -135,3 +139,24 @@ def image_rootfs(
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(tool.argv("rm", "-f", container), capture_output=True, timeout=120, check=False)
     return target
+
+
+def host_ids_in_range(uid_base: int, passwd: Path = Path("/etc/passwd"), subuid: Path = Path("/etc/subuid")) -> list[str]:
+    """Host users, and /etc/subuid ranges, that overlap the ids ``uid_base .. uid_base + 65535``.
+
+    A host user with one of these uids would own the user namespaces of image sandboxes (and could enter
+    them); a subuid range would be shared with that user's rootless containers.
+    """
+    end = uid_base + IMAGE_IDS
+    found = []
+    for line in passwd.read_text().splitlines() if passwd.is_file() else []:
+        fields = line.split(":")
+        if len(fields) > 2 and fields[2].isdigit() and uid_base <= int(fields[2]) < end:
+            found.append(f"user {fields[0]} (uid {fields[2]}, {passwd})")
+    for line in subuid.read_text().splitlines() if subuid.is_file() else []:
+        fields = line.split(":")
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            start, count = int(fields[1]), int(fields[2])
+            if start < end and uid_base < start + count:
+                found.append(f"{fields[0]}'s subordinate ids {start}..{start + count - 1} ({subuid})")
+    return found
