@@ -47,8 +47,9 @@ What is *not* guaranteed:
 - ``python3 -m pytest`` puts its working directory first on ``sys.path`` (pytest's own semantics; the
   tests of such a task import the workdir's modules that way), so there the workdir can shadow the stdlib.
   The bundled tasks use ``junit_runner.py``, which does not.
-- A sandbox whose system directories (``/usr``) are writable by the agent (a container task run as root)
-  can replace the interpreter itself; the bwrap backend mounts them read-only.
+- A sandbox whose system directories (``/usr``) are writable by the agent (a task run in its image as
+  root, ``sandbox.task_images``: the overlay lets root write them, as a container does) can replace the
+  interpreter itself in the state the verifier forks; host-userland bwrap sandboxes mount them read-only.
 - A task's own ``test.sh`` may undo all of this (source the agent's files, put the workdir first on
   ``PYTHONPATH``); bundled tasks do not.
 
