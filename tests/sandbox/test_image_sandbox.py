@@ -8,6 +8,7 @@ to leave nothing behind, and the image's exported rootfs and the host to be unto
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,22 @@ def test_image_ids_never_include_host_root(run, sandbox):
     """Files of the host that are not the image's (none visible but /proc's) read as the overflow id."""
     r = sh(run, sandbox, "cat /proc/self/uid_map /proc/self/gid_map; stat -c %u /proc/1/root 2>&1 | tail -1")
     assert r.preview.split()[:6] == ["0", "0", "65536", "0", "0", "65536"]
+
+
+def test_ro_binds_are_mounted_read_only_in_image_sandboxes_too(run, cfg, env, root_dir):
+    from fireflash.sandbox import make_backend
+
+    data = Path(f"{root_dir}-data")  # readable by everyone, as ro_binds must be
+    data.mkdir(mode=0o755)
+    (data / "x.txt").write_text("shared\n")
+    backend = make_backend(cfg.model_copy(update={"ro_binds": {"/srv/data/models": str(data)}, "prefork": 0}))
+    try:
+        sandbox = run(run(backend.prepare(env, "ro-binds")).fork())
+        r = run(sandbox.exec("cat /srv/data/models/x.txt; touch /srv/data/models/y; stat -c %U /srv/data/models/x.txt"))
+        assert r.preview.splitlines()[0] == "shared" and "Read-only file system" in r.preview
+        assert r.preview.splitlines()[-1] == "nobody"  # a host file: its owner is not mapped inside
+        assert "/srv/data" not in run(sandbox.diff())  # the mount point is in a layer, not the sandbox's writes
+    finally:
+        run(backend.close())
+        assert not (data / "y").exists()
+        shutil.rmtree(data)
