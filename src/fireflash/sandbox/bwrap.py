@@ -18,7 +18,7 @@ What each sandbox gets
     - Lifetime: the sandbox's pid 1 is a small keeper that only reaps; killing it from the host kills
       every process of the sandbox, and its mount namespace (overlay and tmpfs) vanishes with them.
 
-A task with an image (``TaskEnvironment.image``, resolved by tasks/images.py per ``sandbox.task_images``)
+A task with an image (``TaskEnvironment.image``, set by tasks/environments.py per ``sandbox.task_images``)
     - Files: the same overlay, over the image's files instead of the host's: its exported rootfs
       (rootfs.py), owned on the host from ``image_uid_base`` up, is the read-only lowest layer. No host
       directory is visible (``ro_binds`` excepted); ``/proc``, ``/dev``, ``/tmp`` and the output tmpfs as above.
@@ -50,7 +50,9 @@ How it works
     → keeper (pid 1) → the persistent shell, which starts in the task's workdir (in ``/`` when the agent
     deleted it: a fork of that final state must still start, for grading). Further shells (restarts,
     background jobs) join the sandbox's namespaces with ``setns``. A task parent keeps ``prefork``
-    children started ahead.
+    children started ahead. For an image, the launcher's child first makes the sandbox's two user
+    namespaces and drops to the image user's host uid, and bwrap enters them (``--userns``/``--userns2``)
+    instead of creating one; joining shells enter them too and keep root's bounding set only.
 
     A backend and its sandboxes belong to the event loop they were created in (pipes are read there).
 """
