@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fireflash.protocols import cache_root  # re-exported: callers import it from here too
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -39,8 +41,6 @@ class ModelNotFound(FileNotFoundError):
     """The named model is neither embedded nor a local HF directory; the message says how to fix it."""
 
 
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("FIREFLASH_CACHE") or Path.home() / ".cache" / "fireflash")
 
 
 def embedded_gguf_path(name: str, registry: dict[str, tuple[str, str]] = EMBEDDED) -> Path:

@@ -14,6 +14,7 @@ Shape notation in docstrings: T tokens in a segment, K top-k candidates per posi
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -24,6 +25,13 @@ if TYPE_CHECKING:
     import torch
 
 SCHEMA_VERSION = 1
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where FireFlash caches what it builds (models, task environments, image rootfs): ``cache_dir``, else
+    ``$FIREFLASH_CACHE``, else ``~/.cache/fireflash``. Here because every stage may cache and this module is
+    the one they all may import."""
+    return Path(cache_dir or os.environ.get("FIREFLASH_CACHE") or Path.home() / ".cache" / "fireflash")
 
 
 class Record(BaseModel):

@@ -69,8 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fireflash.models import cache_root
-from fireflash.protocols import TaskEnvironment
+from fireflash.protocols import TaskEnvironment, cache_root
 from fireflash.sandbox import linux
 from fireflash.sandbox.bwrap_sandbox import BwrapSandbox
 from fireflash.sandbox.cgroups import CgroupTree, detect_mode, remove_stale

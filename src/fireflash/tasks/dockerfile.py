@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from fireflash.models import cache_root
+from fireflash.protocols import cache_root
 
 BASE_IMAGE = re.compile(
     r"^(docker\.io/)?(library/)?(debian|python|ubuntu|buildpack-deps)(:[\w.\-]+)?(@sha256:[0-9a-f]+)?$"

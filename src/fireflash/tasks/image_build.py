@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fireflash.models import cache_root
+from fireflash.protocols import cache_root
 from fireflash.sandbox.containers import ContainerTool, LoggedRun, run_logged
 from fireflash.tasks.image_refs import rewrite
 

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fireflash.models import cache_root
+from fireflash.protocols import cache_root
 from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
