@@ -158,3 +158,35 @@ def test_this_host_is_ready(tmp_path):
     ]
     assert failed == []
     assert detect_mode() in ("v1", "v2")
+
+
+def test_open_in_root_retries_openat2s_eagain(tmp_path, monkeypatch):
+    # openat2 with RESOLVE_IN_ROOT answers EAGAIN when a ".." walk raced a mount or rename anywhere on the host
+    # (another sandbox starting): a read of "../../etc/x" must retry, not fail the agent's Read
+    import ctypes
+    import errno
+
+    from fireflash.sandbox import linux
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "x").write_bytes(b"inside")
+    real, calls = linux._libc, []
+
+    class Flaky:
+        def syscall(self, *args):
+            calls.append(args[0])
+            if len(calls) <= 3:
+                ctypes.set_errno(errno.EAGAIN)
+                return -1
+            return real.syscall(*args)
+
+    monkeypatch.setattr(linux, "_libc", Flaky())
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_bytes(root, "../../etc/x", cwd="/app") == b"inside" and len(calls) == 4
+        calls.clear()
+        monkeypatch.setattr(linux, "_OPENAT2_RETRIES", 2)
+        with pytest.raises(BlockingIOError):  # past the retries the error stays the kernel's
+            read_bytes(root, "/etc/x")
+    finally:
+        os.close(root)

@@ -30,6 +30,7 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 0x2
 
 _SYS_OPENAT2 = 437  # same number on x86-64 and the generic (arm64) table
+_OPENAT2_RETRIES = 64  # EAGAIN retries (see open_in_root)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_IN_ROOT = 0x10
@@ -90,17 +91,23 @@ def open_in_root(root_fd: int, path: str, flags: int, mode: int = 0o644, no_syml
     """
     resolve = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_SYMLINKS if no_symlinks else 0)
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
-    ret = _libc.syscall(
-        ctypes.c_long(_SYS_OPENAT2),
-        ctypes.c_int(root_fd),
-        path.encode(),
-        ctypes.byref(how),
-        ctypes.c_size_t(24),
-    )
-    if ret < 0:
+    # openat2 answers EAGAIN when a ".." was resolved while any mount or rename happened on the host (the
+    # kernel cannot prove the walk stayed in the root); it asks the caller to retry, and other sandboxes
+    # starting (overlay mounts) make that common under load
+    for _ in range(_OPENAT2_RETRIES):
+        ret = _libc.syscall(
+            ctypes.c_long(_SYS_OPENAT2),
+            ctypes.c_int(root_fd),
+            path.encode(),
+            ctypes.byref(how),
+            ctypes.c_size_t(24),
+        )
+        if ret >= 0:
+            return ret
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    return ret
+        if err != errno.EAGAIN:
+            break
+    raise OSError(err, os.strerror(err), path)
 
 
 def openat2_available() -> bool:
