@@ -174,7 +174,7 @@ def stage_verifier(
         if tag != image and not tool.exists(tag):
             missing.append(f"the apt layer failed to build (log {log})")
             tag = image
-        missing += [f"apt package {name} (not in the image's archive, or no apt-get)" for name in lacking]
+        missing += [_lacking(name) for name in lacking]
     python = (needs.pythons[0] if needs.pythons else None) or python
     work = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=_parent(tools)))
     try:
@@ -209,6 +209,16 @@ def stage_verifier(
         shutil.rmtree(work, ignore_errors=True)
     say(f"{task_id}: verifier staged in {staged.build_sec:.0f} s: {staged.summary()}")
     return staged
+
+
+def _lacking(name: str) -> str:
+    """What the user reads for a staged package the built image still lacks, with the fix."""
+    if name.startswith("python3."):
+        version = name.removeprefix("python")
+        return (f"Python {version} (uvx -p {version}): not in the image, and its apt archive has no {name} package "
+                f"(Debian trixie has 3.13, bookworm 3.11): map the task's FROM image to a base that has it "
+                "(sandbox.base_images) or install it in the Dockerfile")
+    return f"apt package {name}: not in the image's apt archive (or the image has no apt-get)"
 
 
 def _parent(tools: Path) -> Path:
