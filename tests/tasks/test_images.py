@@ -35,6 +35,8 @@ class ScriptedTool:
         self.labels: dict[str, dict] = {}
         self.pulls: list[str] = []
         self.builds: list[str] = []  # the Dockerfile text of each build
+        self.runs: list[tuple] = []
+        self.probe = "fireflash-staging: python=3.13 missing=\n"
 
     def exists(self, ref):
         return ref in self.local
@@ -48,6 +50,10 @@ class ScriptedTool:
 
     def inspect(self, ref):
         return ImageInfo("ab" * 32, self.labels.get(ref, {}), *self.config)
+
+    def run(self, *args, timeout_sec=120.0):  # a container run: the staging probe (tasks/verifier_staging.py)
+        self.runs.append(args)
+        return self.probe
 
     def build_args(self, dockerfile, context, tag, build_args, volumes, labels):
         self.builds.append(dockerfile.read_text())
@@ -138,6 +144,26 @@ def test_a_failed_build_names_the_task_the_log_tail_and_the_fix(tmp_path):
     assert message.startswith("task t: building") and "exited 100" in message
     assert "E: Unable to locate package libfoo" in caught.value.log_tail and caught.value.log_path.is_file()
     assert "ubuntu:24.04 → localhost/fireflash/debian:trixie" in caught.value.fix
+
+
+def test_an_apt_only_test_sh_is_staged_as_a_layer_on_the_task_image_and_cached(tmp_path):
+    """No network here: only apt packages (no uv, no wheels) are asked for; the probe's answer is scripted."""
+    task = _task(tmp_path / "t", "FROM busybox:1\n")
+    (task / "tests").mkdir()
+    (task / "tests" / "test.sh").write_text("apt-get update\napt-get install -y jq libfoo\ngit clone https://x/y\n")
+    tool, said = ScriptedTool(local={"busybox:1"}, config=((), "/app", "agent")), []
+    tool.probe = "fireflash-staging: python= missing= libfoo\n"
+    first = task_image(task, SandboxConfig(), tool, said.append)
+    staged = first.verifier
+    assert first.image == staged.image != staged.base_image and first.image.startswith("localhost/fireflash/env:v-")
+    layer = tool.builds[-1].splitlines()
+    assert layer[0] == f"FROM {staged.base_image}" and layer[-1] == "USER agent" and "USER root" in layer
+    assert staged.missing == ["line 3: `git clone https://x/y`: git clone/fetch needs the network at test time",
+                              "apt package libfoo: not in the image's apt archive (or the image has no apt-get)"]
+    assert any("NOT staged:" in line and "libfoo" in line for line in said)
+    assert Path(staged.tools_dir, "apt.conf").read_text().startswith('Dir::Etc::sourcelist "/dev/null";')
+    again = task_image(task, SandboxConfig(), tool, said.append)
+    assert again.verifier.cached and again.image == first.image and len(tool.builds) == 2  # task + layer, once
 
 
 def test_content_digest_follows_files_modes_and_the_base_map(tmp_path):

@@ -161,8 +161,10 @@ def stage_verifier(
     tag = f"{ENV_REPO}:v-{digest[:30]}" if needs.apt or needs.pythons or needs.requirements else image
     if not rebuild and manifest.is_file() and tool.exists(tag):
         staged = VerifierStaging.model_validate_json(manifest.read_text()).model_copy(update={"cached": True})
-        say(f"{task_id}: verifier staged (cached): {staged.summary()}")
-        return staged
+        # a failed download may have been the network's passing fault: tried again; the rest is kept
+        if not any(m.startswith(("uv ", "requirements ")) for m in staged.missing):
+            say(f"{task_id}: verifier staged (cached): {staged.summary()}")
+            return staged
     start = time.monotonic()
     say(f"{task_id}: staging what tests/test.sh installs at test time (the verifier runs offline)")
     safe_id = re.sub(r"[^\w.-]", "_", task_id)[:80]
@@ -202,9 +204,13 @@ def stage_verifier(
         )
         (work / "manifest.json").write_text(staged.model_dump_json(indent=1))
         _world_readable(work)
-        if tools.exists():
-            shutil.rmtree(tools)
-        os.rename(work, tools)  # whole or not at all: a cache hit never sees a half-written directory
+        if tools.exists() and (rebuild or not (tools / "manifest.json").is_file()):
+            shutil.rmtree(tools, ignore_errors=True)  # a rebuild, or one interrupted before its manifest
+        try:
+            os.rename(work, tools)  # whole or not at all: a cache hit never sees a half-written directory
+        except OSError:
+            if not (tools / "manifest.json").is_file():  # not another build of the same digest finishing first
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"{task_id}: verifier staged in {staged.build_sec:.0f} s: {staged.summary()}")
