@@ -70,7 +70,9 @@ What is *not* guaranteed:
   in an image sandbox run as root it can replace them like any system file (the case above). The
   staged uv, uvx and wheels are the only staged tools it cannot touch. pytest run by a task's ``test.sh``
   still looks for ``pytest.ini`` / ``conftest.py`` above ``/tests`` (pytest's own semantics), and root in an
-  image sandbox can write ``/pytest.ini``.
+  image sandbox can write ``/pytest.ini``. In the ``uv run`` shape uv discovers a ``pyproject.toml`` the agent
+  left in the workdir or above it and installs that project's dependencies (uv 0.9 has no variable to turn
+  project discovery off); ``uvx`` (``uv tool run``), the usual TB2 shape, reads no project.
 
 The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """
