@@ -155,4 +155,7 @@ def check_host(cfg: SandboxConfig) -> list[Check]:
     checks.append(_check_root_dir(cfg.root_dir))
     checks.append(("openat2", linux.openat2_available(), "safe file access inside sandboxes (Linux >= 5.6)"))
     checks.append(check_cgroups(cfg))
+    from fireflash.sandbox.disks import check_disks  # disks imports this module
+
+    checks.append(check_disks(cfg))
     return checks
