@@ -16,18 +16,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from fireflash.grading.graders import GRADERS, score_swe, score_tests, task_checks
+from fireflash.grading.graders import GRADERS, NOT_RUN, score_swe, score_tests, task_checks
 from fireflash.grading.reports import ReportError, match_declared, parse_junit
 from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
-from fireflash.tasks.context import GateContext, closing, fmt
+from fireflash.tasks.context import GateContext, closing, fmt, not_run_reason
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
 from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
 from fireflash.tasks.requirements import unstated_requirements
 
 PLACEHOLDER = b"TODO\n"
-CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout"}
+CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout", NOT_RUN}
 NETWORK_PROBE = (
     "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); s.connect(('1.1.1.1', 53))\" "
     ">/dev/null 2>&1 && echo ONLINE || echo OFFLINE"
@@ -38,8 +38,17 @@ async def _gate_reference(s: GateContext) -> tuple[bool, str]:
     if s.task.solution_path is None or not s.task.solution_path.is_file():
         return False, "no reference solution (solution/solve.sh)"
     score = await s.run_reference()
+    why = not_run_reason(score)
+    if why is not None:
+        return False, f"verifier did not run: {why}\n{score.log[-1000:]}"
     ok = score.solved and score.reward == 1.0
     return ok, fmt(score) + ("" if ok else f"\n{score.log[-1500:]}")
+
+
+async def _verifier_ran(s: GateContext) -> str | None:
+    """Gates 6, 8, 9 judge scores; those of a verifier that never ran are meaningless (all 0): their verdict."""
+    why = await s.verifier_not_run()
+    return None if why is None else f"verifier did not run: {why}"
 
 
 async def _gate_stated(s: GateContext) -> tuple[bool, str]:
@@ -187,6 +196,9 @@ async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
     """Probes score 0. For the tests grader the checks a probe passes are free (``partial_credit``): they
     are recorded in ``s.free_checks`` (the gate report) and the probes are scored without them; only a
     probe passing every check (or a reward file giving it credit) fails the gate."""
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     calibrate = s.task.grader.kind == "tests"
     runs: list[tuple[str, Any]] = []
     async for label, probe in _probes(s):
@@ -228,6 +240,9 @@ async def _mutated(s: GateContext, base: Sandbox, mutation: str, seed: int) -> S
 
 
 async def _gate_malformed_ok(s: GateContext) -> tuple[bool, str]:
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     base = s.solved or await s.prepare()
     problems, seen = [], []
     for i in range(s.cfg.fuzz_cases):
@@ -265,6 +280,9 @@ def _checks_signature(task: Task, output: Any) -> tuple:
 
 
 async def _gate_deterministic(s: GateContext) -> tuple[bool, str]:
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     states: list[tuple[str, Sandbox, bool]] = []
     if s.solved is not None:
         states.append(("reference", s.solved, False))

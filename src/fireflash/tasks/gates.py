@@ -21,6 +21,9 @@
     8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
     9 deterministic  the same final state scored K times gives identical scores and check outcomes
 
+A verifier that never ran (a missing tool, exit 127, a test file that cannot import, no report: judged on
+the reference-solved state, ``GateContext.verifier_not_run``) fails gates 1, 6, 8 and 9 as "verifier did
+not run: <why>": its scores are all 0, which would pass 6, 8 and 9 (issue 26).
 Every gate runs even when an earlier one failed, so a report names all problems at once. A gate with
 nothing to check (gate 7 without alternative solutions) is *skipped*: not a failure, so the task still
 enters the pool, but the report says so instead of claiming the gate passed.
