@@ -24,7 +24,7 @@ from fireflash.tasks.context import GateContext, closing, fmt, not_run_reason
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
 from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
-from fireflash.tasks.requirements import unstated_requirements
+from fireflash.tasks.requirements import check_stated
 
 PLACEHOLDER = b"TODO\n"
 CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout", NOT_RUN}
@@ -52,13 +52,19 @@ async def _verifier_ran(s: GateContext) -> str | None:
 
 
 async def _gate_stated(s: GateContext) -> tuple[bool, str]:
-    missing = unstated_requirements(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir)
-    if not missing:
-        return True, "every checked path, literal and command is stated"
-    shown = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in missing[:8])
+    given = [s.task.path / "environment"] if s.task.path is not None else []
+    stated = check_stated(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir, given)
+    notes = ""
+    if stated.notes:  # inputs, computed values, values to find: not owed to the agent, shown for review
+        shown = "; ".join(f"{r.kind} {r.value!r} ({r.where}): {why}" for r, why in stated.notes[:8])
+        more = f"; ... and {len(stated.notes) - 8} more" if len(stated.notes) > 8 else ""
+        notes = f"\nnotes, not requirements ({len(stated.notes)}): {shown}{more}"
+    if not stated.missing:
+        return True, "every path, name and format the tests require is stated" + notes
+    shown = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in stated.missing[:8])
     return (
         False,
-        f"{len(missing)} requirement(s) checked by the tests but not stated in instruction.md: {shown}",
+        f"{len(stated.missing)} requirement(s) checked by the tests but not stated in instruction.md: {shown}{notes}",
     )
 
 

@@ -6,7 +6,8 @@
 
     1 reference      the reference solution, replayed as Bash tool calls in the training sandbox
                      (offline, as training is) and scored by the task's grader, solves the task
-    2 stated         every path, literal and command the tests check appears in the instruction
+    2 stated         every path, name and format the tests require appears in the instruction; test
+                     inputs, computed expected values and values to find are reported as notes
     3 offline        the task declares no internet and the sandbox it was solved in has no network
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
