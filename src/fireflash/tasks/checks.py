@@ -22,7 +22,7 @@ from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt, not_run_reason
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
-from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
+from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, PREMISE_FIELD, answer_in_git, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
 from fireflash.tasks.requirements import check_stated
 
@@ -128,6 +128,34 @@ def _distinctive_lines(task: Task, min_chars: int) -> list[str]:
     return sorted(lines)
 
 
+async def _answer_lines(s: GateContext, max_bytes: int = 1 << 20) -> list[str] | None:
+    """Lines the reference solution writes that the environment did not have, and its scripts' distinctive
+    lines: what kept git history must not hold (gate 5). None: no reference solution to run."""
+    task = s.task
+    if task.solution_path is None or not task.solution_path.is_file():
+        return None
+    if s.solved is None:
+        await s.run_reference()
+    assert s.solved is not None
+    parent, lines = await s.prepare(), set(_distinctive_lines(task, s.cfg.leak_min_line_chars))
+    for path in s.changed:
+        try:
+            new = await s.solved.read_file(path)
+        except OSError:
+            continue  # deleted by the solution
+        if len(new) > max_bytes:
+            continue
+        try:
+            old = set((await parent.read_file(path)).decode("utf-8", "replace").splitlines())
+        except OSError:
+            old = set()
+        for line in new.decode("utf-8", "replace").splitlines():
+            text = line.strip()
+            if len(text) >= s.cfg.leak_min_line_chars and line not in old and text not in task.instruction:
+                lines.add(text)
+    return sorted(lines)[:2000]
+
+
 async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     task, problems = s.task, []
     workdir = shlex.quote(task.environment.workdir)
@@ -156,15 +184,43 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
             problems += [f"{f} contains lines of the reference solution" for f in copies]
         git = await agent.exec(CHECK_GIT, timeout_sec=120)
         left = [f"{repo}: {finding}" for repo, finding in git_findings(git.preview)]
+        answers = None
+        if left and task.metadata.get(KEEP_FIELD):
+            patterns = await _answer_lines(s)
+            if patterns:
+                found = await agent.exec(answer_in_git(patterns), timeout_sec=300)
+                answers = [line.split("\t") for line in found.preview.splitlines() if line.count("\t") == 2]
     note = ""
     if left and task.metadata.get(KEEP_FIELD):
-        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept, reported
+        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept and judged
+        # by what it holds: the answer reached only the way the task declares as its premise is a note
         note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+        premise = task.metadata.get(PREMISE_FIELD) or []
+        if answers is None:
+            note += "; not checked for the answer (no reference solution whose output to look for)"
+        else:
+            leaks = [(repo, kind, sha) for repo, kind, sha in answers if kind not in premise]
+            problems += [
+                f"{repo.removesuffix('/.git')}: git history reached by {kind} holds the reference solution's output "
+                f"(blob {sha[:10]}), which {PREMISE_FIELD} = {premise} does not declare as the task's premise"
+                for repo, kind, sha in leaks
+            ]
+            if leaks:
+                note = (
+                    f" (if recovering it is the task, declare how it is reached: [environment] {PREMISE_FIELD} = "
+                    f"{sorted({k for _, k, _ in leaks} | set(premise))}; else remove it from the environment)"
+                )
+            elif answers:
+                note += f"; the answer it holds is the task's premise ({PREMISE_FIELD} = {premise})"
+            else:
+                note += "; none of it holds the reference solution's output"
     else:
         problems += left
     if problems:
         shown = "; ".join(problems[:50]) + (f"; ... and {len(problems) - 50} more" if len(problems) > 50 else "")
-        if left and not note:
+        if note.startswith(" (if recovering"):
+            shown += note
+        elif left and not note:
             shown += (
                 f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
                 f"needs it sets [environment] {KEEP_FIELD} = true)"

@@ -12,8 +12,9 @@
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
                      lines in the environment; no git history beyond HEAD in any repository at any
-                     depth (preparation strips it, ``git_strip``; gate 5 names what is left; a task
-                     with ``keep_git_history = true`` gets a note instead)
+                     depth (preparation strips it, ``git_strip``; gate 5 names what is left); a task
+                     with ``keep_git_history = true`` fails only where kept history holds the reference
+                     solution's output reached otherwise than its declared ``git_premise``
     6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0;
                      checks they pass are recorded as ``free_checks`` (no partial credit, calibrated
                      once here; ``apply_gate_reports`` hands them to the grader), so only a probe

@@ -31,7 +31,7 @@ from fireflash.protocols import cache_root
 from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
-from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
+from fireflash.tasks.git_strip import KEEP_FIELD, PREMISE_FIELD, PREMISE_KINDS, STRIP_GIT
 from fireflash.tasks.paths import TaskPaths
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -128,6 +128,19 @@ def _environment(
         raise TaskLoadError(f"{where}: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
 
 
+def _premise(table: dict[str, Any], keep: bool, where: str) -> dict[str, Any]:
+    """``git_premise``: the kinds of kept git history the task is built on (tasks/git_strip.py) → metadata."""
+    kinds = _str_list(table.get(PREMISE_FIELD), f"{where}: {PREMISE_FIELD}")
+    bad = [k for k in kinds if k not in PREMISE_KINDS]
+    _need(not bad, f"{where}: {PREMISE_FIELD} = {kinds!r}: unknown kind(s) {bad}; use {list(PREMISE_KINDS)}")
+    _need(
+        not kinds or keep,
+        f"{where}: {PREMISE_FIELD} is set but {KEEP_FIELD} is not true: history is stripped, so there is no premise "
+        f"to keep; set {KEEP_FIELD} = true too, or drop {PREMISE_FIELD}",
+    )
+    return {PREMISE_FIELD: kinds} if kinds else {}
+
+
 def _user(table: dict[str, Any], where: str) -> str | None:
     """``user`` of an [agent] or [verifier] table: a name or uid (``name:group`` too), as Harbor takes it."""
     value = _typed(table, "user", (str, int), where)
@@ -177,6 +190,7 @@ def load_harbor(root: Path, images: bool = False) -> Task:
     environment, extra = _environment(
         paths.dockerfile, paths.environment_dir, overrides, where, bool(keep), images
     )
+    extra.update(_premise(env_t, bool(keep), f"{where} [environment]"))
     agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
     verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
     build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
@@ -261,6 +275,7 @@ def load_terminal_bench(root: Path, images: bool = False) -> Task:
     )
     keep = _typed(config, KEEP_FIELD, bool, where)
     environment, extra = _environment(paths.tb1_dockerfile, root, {}, where, bool(keep), images)
+    extra.update(_premise(config, bool(keep), where))
     agent_timeout = _typed(config, "max_agent_timeout_sec", (int, float), where)
     test_timeout = _typed(config, "max_test_timeout_sec", (int, float), where)
     tags = _str_list(config.get("tags"), f"{where} tags")
