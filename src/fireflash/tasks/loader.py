@@ -141,6 +141,43 @@ def _premise(table: dict[str, Any], keep: bool, where: str) -> dict[str, Any]:
     return {PREMISE_FIELD: kinds} if kinds else {}
 
 
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+
+def _refuse_unsupported(paths: TaskPaths, config: dict[str, Any], env_t: dict[str, Any], where: str) -> None:
+    """Harbor features that change what a task is and that FireFlash cannot honour yet: a clear error naming the
+    field or file, never a task that silently runs without them (issue 26)."""
+    steps = config.get("steps")
+    _need(
+        steps is None and not (paths.root / "steps").is_dir(),
+        f"{where}: multi-step tasks ([[steps]] in task.toml, a steps/ directory) are not supported yet; "
+        "split the task into single-step tasks or leave it out",
+    )
+    for name in COMPOSE_FILES:
+        _need(
+            not (paths.environment_dir / name).is_file(),
+            f"{paths.environment_dir / name}: docker-compose environments (several containers, sidecar services) "
+            "are not supported yet; give the task one environment/Dockerfile or leave it out",
+        )
+    _need(
+        "mcp_servers" not in env_t,
+        f"{where} [environment] mcp_servers: MCP server sidecars are not supported yet; leave the task out",
+    )
+    gpus = _typed(env_t, "gpus", int, f"{where} [environment]")
+    _need(not gpus, f"{where} [environment] gpus = {gpus}: GPUs in sandboxes are not supported yet; set gpus = 0")
+
+
+def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    """``[environment.env]``: variables every command of the task sees (agent, verifier), as strings."""
+    env = _typed(table, "env", dict, where) or {}
+    for key, value in env.items():
+        _need(
+            isinstance(value, str | int | float | bool) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None,
+            f"{where} env.{key} = {value!r}: expected NAME = \"string\" (a variable name and a scalar value)",
+        )
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in env.items()}
+
+
 def _user(table: dict[str, Any], where: str) -> str | None:
     """``user`` of an [agent] or [verifier] table: a name or uid (``name:group`` too), as Harbor takes it."""
     value = _typed(table, "user", (str, int), where)
@@ -173,9 +210,10 @@ def load_harbor(root: Path, images: bool = False) -> Task:
     for name in ("agent", "verifier", "environment", "solution", "metadata"):
         tables[name] = config.get(name, {})
         _need(isinstance(tables[name], dict), f"{paths.config}: [{name}] must be a table")
-    _need(paths.test_script.is_file(), f"{paths.test_script}: missing; Harbor tasks grade with tests/test.sh")
     where = str(paths.config)
     env_t, meta = tables["environment"], dict(tables["metadata"])
+    _refuse_unsupported(paths, config, env_t, where)
+    _need(paths.test_script.is_file(), f"{paths.test_script}: missing; Harbor tasks grade with tests/test.sh")
     overrides = {
         "cpus": _typed(env_t, "cpus", (int, float), f"{where} [environment]"),
         "allow_internet": _typed(env_t, "allow_internet", bool, f"{where} [environment]"),
@@ -191,6 +229,20 @@ def load_harbor(root: Path, images: bool = False) -> Task:
         paths.dockerfile, paths.environment_dir, overrides, where, bool(keep), images
     )
     extra.update(_premise(env_t, bool(keep), f"{where} [environment]"))
+    declared_env = _env_table(env_t, f"{where} [environment]")
+    if declared_env:  # over the Dockerfile's ENV, as a container's run-time environment is
+        environment = environment.model_copy(update={"env": {**environment.env, **declared_env}})
+    docker_image = _typed(env_t, "docker_image", str, f"{where} [environment]")
+    if docker_image is not None:
+        # it is the task's image (tasks/environments.py builds or pulls it); a loader without a sandbox config
+        # runs tasks on the host's userland, which has nothing of a docker_image without a Dockerfile
+        _need(
+            images or paths.dockerfile.is_file(),
+            f"{where} [environment] docker_image = {docker_image!r}: the task's files come only from that image, "
+            "and tasks loaded without a sandbox config run on the host's userland; load it with the sandbox config "
+            "(fireflash tasks validate / train do) or add environment/Dockerfile",
+        )
+        extra["docker_image"] = docker_image
     agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
     verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
     build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
