@@ -83,3 +83,29 @@ def test_disk_dir_on_tmpfs_is_refused():
         assert "is on tmpfs" in (_why_not(path) or "")
     finally:
         os.rmdir(path)
+
+
+def test_gate_reports_say_when_storage_mb_is_not_a_disk_quota(tmp_path, monkeypatch):
+    import asyncio
+
+    import fireflash.sandbox.disks as disks
+    from fireflash.sandbox import make_backend
+    from fireflash.tasks.gates import validate_task
+    from fireflash.tasks.loader import load_task
+
+    valid = Path(__file__).parents[1] / "tasks" / "fixtures" / "gates" / "valid-sort"
+    monkeypatch.setattr(disks, "_probed", {str(tmp_path): "no /dev/loop-control (test)"})
+
+    async def run():
+        backend = make_backend(SandboxConfig(disk_dir=str(tmp_path), root_dir=f"/dev/shm/ff-dq-{os.getpid()}"))
+        try:
+            assert backend.disks.note == "no /dev/loop-control (test)"
+            return await validate_task(load_task(valid), backend, gates=[4])
+        finally:
+            await backend.close()
+
+    report = asyncio.run(run())
+    assert report.notes == [
+        "storage_mb = 512 was not a disk quota in these sandboxes (no /dev/loop-control (test)): their writes went "
+        "to a tmpfs of that size, which counts against memory_mb"
+    ]

@@ -106,6 +106,11 @@ class GateReport(BaseModel):
         description="Gate 6's calibration: check ids a do-nothing or boilerplate attempt passes; the tests "
         "grader gives them no partial credit (grading.graders.partial_credit; a full solve is still 1.0).",
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the gates could not enforce as the task asks, e.g. storage_mb only a tmpfs cap on a host "
+        "without loop devices (sandbox/disks.py).",
+    )
     duration_sec: float
 
     @property
@@ -157,12 +162,20 @@ async def validate_task(
             if sandbox is not None:
                 with contextlib.suppress(Exception):
                     await sandbox.close()
+    notes = []
+    disks = getattr(backend, "disks", None)  # the bwrap backend's (sandbox/disks.py); other backends have none
+    if disks is not None and disks.note is not None:
+        notes.append(
+            f"storage_mb = {task.environment.storage_mb} was not a disk quota in these sandboxes ({disks.note}): "
+            "their writes went to a tmpfs of that size, which counts against memory_mb"
+        )
     return GateReport(
         task_id=task.id,
         path=str(task.path) if task.path else None,
         passed=not any(r.failed for r in results),
         gates=results,
         free_checks=state.free_checks,
+        notes=notes,
         duration_sec=round(time.monotonic() - start, 3),
     )
 
