@@ -47,8 +47,8 @@ def _variant(tmp: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("not-run")
+    # (a verifier that runs still passes these gates: test_gates.py's sound tasks)
     paths = {name: _variant(tmp, name) for name in ("missing-uvx", "import-error", "crashed-runner")}
-    paths["valid"] = VALID
 
     async def run():
         backend = make_backend(SandboxConfig())
@@ -74,6 +74,3 @@ def test_verifier_that_never_ran_fails_gates_1_6_8_9(reports, name, why):
     for gate in report.gates:
         assert gate.detail.startswith("verifier did not run: ") and why in gate.detail, gate
 
-
-def test_a_verifier_that_runs_still_passes(reports):
-    assert reports["valid"].passed, reports["valid"].model_dump_json(indent=1)

@@ -156,6 +156,33 @@ async def _answer_lines(s: GateContext, max_bytes: int = 1 << 20) -> list[str] |
     return sorted(lines)[:2000]
 
 
+def _judge_kept_history(
+    task: Task, left: list[str], answers: list[list[str]] | None
+) -> tuple[list[str], str, str]:
+    """Gate 5 on history a task keeps (its point is its git state: a dangling commit to recover, a branch to
+    merge): (leaks, note, fix). The reference solution's output in an object reached otherwise than the task's
+    declared ``git_premise`` is a leak; reached only that way, the premise (a note), as is history without it."""
+    note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+    premise = task.metadata.get(PREMISE_FIELD) or []
+    if answers is None:
+        return [], note + "; not checked for the answer (no reference solution whose output to look for)", ""
+    leaks = [(repo, kind, sha) for repo, kind, sha in answers if kind not in premise]
+    if not leaks:
+        held = f"the answer it holds is the task's premise ({PREMISE_FIELD} = {premise})" if answers else (
+            "none of it holds the reference solution's output")
+        return [], f"{note}; {held}", ""
+    problems = [
+        f"{repo.removesuffix('/.git')}: git history reached by {kind} holds the reference solution's output "
+        f"(blob {sha[:10]}), which {PREMISE_FIELD} = {premise} does not declare as the task's premise"
+        for repo, kind, sha in leaks
+    ]
+    fix = (
+        f" (if recovering it is the task, declare how it is reached: [environment] {PREMISE_FIELD} = "
+        f"{sorted({k for _, k, _ in leaks} | set(premise))}; else remove it from the environment)"
+    )
+    return problems, "", fix
+
+
 async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     task, problems = s.task, []
     workdir = shlex.quote(task.environment.workdir)
@@ -190,41 +217,19 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
             if patterns:
                 found = await agent.exec(answer_in_git(patterns), timeout_sec=300)
                 answers = [line.split("\t") for line in found.preview.splitlines() if line.count("\t") == 2]
-    note = ""
+    note = fix = ""
     if left and task.metadata.get(KEEP_FIELD):
-        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept and judged
-        # by what it holds: the answer reached only the way the task declares as its premise is a note
-        note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
-        premise = task.metadata.get(PREMISE_FIELD) or []
-        if answers is None:
-            note += "; not checked for the answer (no reference solution whose output to look for)"
-        else:
-            leaks = [(repo, kind, sha) for repo, kind, sha in answers if kind not in premise]
-            problems += [
-                f"{repo.removesuffix('/.git')}: git history reached by {kind} holds the reference solution's output "
-                f"(blob {sha[:10]}), which {PREMISE_FIELD} = {premise} does not declare as the task's premise"
-                for repo, kind, sha in leaks
-            ]
-            if leaks:
-                note = (
-                    f" (if recovering it is the task, declare how it is reached: [environment] {PREMISE_FIELD} = "
-                    f"{sorted({k for _, k, _ in leaks} | set(premise))}; else remove it from the environment)"
-                )
-            elif answers:
-                note += f"; the answer it holds is the task's premise ({PREMISE_FIELD} = {premise})"
-            else:
-                note += "; none of it holds the reference solution's output"
+        leaks, note, fix = _judge_kept_history(task, left, answers)
+        problems += leaks
     else:
         problems += left
+        fix = (
+            f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
+            f"needs it sets [environment] {KEEP_FIELD} = true)"
+        ) if left else ""
     if problems:
         shown = "; ".join(problems[:50]) + (f"; ... and {len(problems) - 50} more" if len(problems) > 50 else "")
-        if note.startswith(" (if recovering"):
-            shown += note
-        elif left and not note:
-            shown += (
-                f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
-                f"needs it sets [environment] {KEEP_FIELD} = true)"
-            )
+        shown += fix
         return False, shown
     return True, note or "tests, solution and git history beyond HEAD are unreachable"
 
