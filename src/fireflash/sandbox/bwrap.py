@@ -187,10 +187,12 @@ class BwrapBackend:
         for name in ("passwd", "group"):
             os.chmod(self.dir / name, 0o644)
 
-    def drop_disk(self, mnt_ns: int, box: str) -> None:
+    def drop_disk(self, mnt_ns: int, disk_root: int, box: str) -> None:
         """Unmount a closed sandbox's disk on a background thread (``close`` waits for them all).
 
-        ``mnt_ns`` (an fd of the sandbox's mount namespace) keeps the disk mounted; ``box`` is its mount point.
+        ``mnt_ns`` (an fd of the sandbox's mount namespace) keeps the disk mounted; ``disk_root`` (an fd of its
+        root) lets the thread shut the filesystem down first, so that its dirty pages are dropped, not written to
+        an image that is about to be freed; ``box`` is its mount point.
         Removing ``box`` now would unmount the disk in that namespace synchronously (rmdir detaches mounts
         of every namespace: ~5 ms, 25+ under load), so it is renamed aside (a rename does not) and removed
         after the namespace's last fd is closed.
@@ -200,7 +202,7 @@ class BwrapBackend:
             os.rename(box, aside)
         except OSError:
             aside = box
-        self._unmounts.submit(_drop_disk, mnt_ns, aside)
+        self._unmounts.submit(_drop_disk, mnt_ns, disk_root, aside)
 
     def new_id(self) -> str:
         self._ids += 1
@@ -407,7 +409,12 @@ class BwrapBackend:
         return [(resource.RLIMIT_AS, env.memory_mb * 1024 * 1024), (resource.RLIMIT_NPROC, env.pids_max)]
 
 
-def _drop_disk(mnt_ns: int, box: str) -> None:
+def _drop_disk(mnt_ns: int, disk_root: int, box: str) -> None:
+    try:
+        linux.discard_disk(disk_root)
+    except OSError:
+        pass  # not shut down: the unmount writes its pages to the image first (slower, same result)
+    os.close(disk_root)
     os.close(mnt_ns)  # the namespace's last hold: its disk is unmounted and its loop device detached here
     try:
         os.rmdir(box)

@@ -93,6 +93,7 @@ class BwrapSandbox:
         self._slot: Slot | None = None
         self._disk: str | None = None  # the ext4 image its writable layer is a copy of (disks.py); None: tmpfs
         self._mnt_ns = -1  # with a disk: its mount namespace, held so that close() need not wait for the unmount
+        self._disk_root = -1  # with a disk: its root directory (linux.discard_disk at close)
         self._bwrap_pid = 0  # the bwrap process outside the sandbox: holds the overlay's mount namespace
         self._pidfd = -1
         self._init_pid = 0  # the keeper, pid 1 inside
@@ -233,6 +234,8 @@ class BwrapSandbox:
         self._init_pid = int(info["child-pid"])
         if self._disk is not None:
             self._mnt_ns = os.open(f"/proc/{self._bwrap_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            # the disk itself, to discard its unwritten pages at close instead of writing them to its image
+            self._disk_root = os.open(f"/proc/{self._bwrap_pid}/root{self.box}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._pidns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
         # opened only after the shell answered, i.e. after bwrap switched to the sandbox's root
         self._root_fd = os.open(f"/proc/{self._init_pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -487,8 +490,8 @@ class BwrapSandbox:
                 os.close(fd)
         self._root_fd = self._err_fd = -1
         if self._mnt_ns >= 0:  # the disk's unmount (and the loop device's detach) happens off this path
-            self.backend.drop_disk(self._mnt_ns, self.box)
-            self._mnt_ns = -1
+            self.backend.drop_disk(self._mnt_ns, self._disk_root, self.box)
+            self._mnt_ns = self._disk_root = -1
         try:
             os.rmdir(self.box)
         except FileNotFoundError:

@@ -477,6 +477,8 @@ def _userns_helper(owner_uid: int, owner_gid: int, size: int, up: int, down: int
         os.waitpid(inner, 0)
 
 
+_EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+_EXT4_GOING_FLAGS_NOLOGFLUSH = 0x2
 _LOOP_CTL_GET_FREE = 0x4C82
 _LOOP_CONFIGURE = 0x4C0A
 _LO_FLAGS_AUTOCLEAR = 4
@@ -571,3 +573,13 @@ def mount_disk(template: str, scratch: str, target: str, flags: int) -> None:
         mount(f"/dev/loop{number}", target, "ext4", flags, "noinit_itable,nobarrier")
     finally:
         os.close(dev)  # the mount holds the device now; without one, autoclear detaches it here
+
+
+def discard_disk(fd: int) -> None:
+    """Shut down the ext4 filesystem ``fd`` is on without writing anything more (EXT4_IOC_SHUTDOWN, no log
+    flush): its dirty pages are dropped, so unmounting a disk that is about to be freed costs no writes.
+
+    Raises:
+        OSError: not ext4, or no CAP_SYS_ADMIN.
+    """
+    fcntl.ioctl(fd, _EXT4_IOC_SHUTDOWN, struct.pack("I", _EXT4_GOING_FLAGS_NOLOGFLUSH))
