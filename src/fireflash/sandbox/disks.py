@@ -36,9 +36,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from fireflash.sandbox import linux
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sandbox.errors import SandboxUnavailable
-from fireflash.sandbox.host import _fs_type
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _why_not(disk_dir: str) -> str | None:
         return "no /dev/loop-control (no loop devices: a container without them, or the loop module not loaded)"
     try:
         Path(disk_dir).mkdir(parents=True, exist_ok=True)
-        if _fs_type(disk_dir) == "tmpfs":
+        if linux.fs_type(disk_dir) == "tmpfs":
             return f"sandbox.disk_dir {disk_dir} is on tmpfs (the images' pages would be memory); point it at a disk"
         template = Path(disk_dir) / f"ext4-16m-{_VERSION}.img"
         if not template.is_file():

@@ -8,7 +8,8 @@
 - ``kill_pidns``: every process of a pid namespace but one (a sandbox that filled its pids limit).
 - ``kill_marked``: every process whose environment holds a marker entry (a job's processes that left its tree).
 - ``userns_pair``: the two user namespaces of an image-backed sandbox, with a multi-id map only root can write.
-- ``mount_disk``: a private copy of an ext4 image on a loop device that detaches itself (a sandbox's disk quota).
+- ``mount_disk`` / ``discard_disk``: a private copy of an ext4 image on a loop device that detaches itself (a
+  sandbox's disk quota), and dropping its unwritten pages when the sandbox closes; ``fs_type`` of a path.
 """
 
 from __future__ import annotations
@@ -66,6 +67,19 @@ def mount(
     """mount(2). Raises OSError naming the target."""
     ret = _libc.mount(_enc(source), _enc(target), _enc(fstype), ctypes.c_ulong(flags), _enc(data))
     _check(ret, f"mount {fstype or ''} on {target}")
+
+
+def fs_type(path: str) -> str:
+    """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
+    path = os.path.realpath(path)
+    best, fstype = "", "?"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            point = left.split()[4]
+            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, fstype = point, right.split()[0]
+    return fstype
 
 
 def _enc(text: str | None) -> bytes | None:
