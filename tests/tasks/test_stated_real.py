@@ -153,3 +153,19 @@ def test_a_secret_the_environment_leaks_into_a_format_is_still_caught_without_fi
     # without "find"/"recover" wording a bare unknown word is a format the agent was never given
     root = task(tmp_path, "plain", "Write the password to /app/answer.txt.", SECRET_TESTS.split("\n\n\ndef test_pin")[0])
     assert gate2(root).status == "failed"
+
+
+@pytest.mark.parametrize(
+    "instruction,finds",
+    [
+        (SECRET_INSTRUCTION, True),
+        ("Crack the PIN that protects /app/vault.zip and write it to /app/pin.txt.", True),
+        ("Find the missing commit's message and write it to /app/msg.txt.", True),
+        ("Extract the second column of /app/data.csv and determine its mean.", False),
+        ("Find all lines of /app/log.txt containing ERROR and count them.", False),
+    ],
+)
+def test_find_tasks_are_those_that_hide_a_value(instruction, finds):
+    from fireflash.tasks.requirements import FIND_WORDS
+
+    assert bool(FIND_WORDS.search(instruction)) == finds

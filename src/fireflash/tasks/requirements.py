@@ -14,7 +14,8 @@ on their inputs). ``check_stated`` sorts what the instruction does not state int
     notes    what the agent cannot or need not be told: test inputs (paths the tests write, anything under
              /tmp, files the environment or tests/ ship), expected values computed from the instruction's
              rules (numbers; strings made only of words from the instruction or the inputs), and, when the
-             instruction asks to find / recover / crack something, the value to be found.
+             instruction asks to find / recover / crack a hidden thing (a password, key, flag, lost file...),
+             the value to be found.
 Gate 2 fails on ``missing`` only and reports the notes.
 """
 
@@ -37,9 +38,12 @@ SKIPPED_FILES = {"junit_runner.py"}
 SUBPROCESS_CALLS = {"run", "check_output", "call", "check_call", "Popen"}
 WRITE_METHODS = {"write_text", "write_bytes", "mkdir", "touch", "symlink_to", "hardlink_to", "makedirs"}
 COPY_CALLS = {"copy", "copy2", "copyfile", "copytree", "move", "symlink", "link"}
+# "find the password", "recover the lost commit", "crack the PIN": the value checked is one the task hides
 FIND_WORDS = re.compile(
-    r"\b(find|recover|retrieve|discover|crack|extract|identify|determine|locate|decode|decrypt|figure out|"
-    r"reverse[- ]engineer|brute[- ]force)\b",
+    r"\b(?:find|recover|retrieve|discover|crack|decrypt|decode|locate|figure out|reverse[- ]engineer|brute[- ]force)"
+    r"\b[^.\n]{0,120}?\b(?:password|passphrase|secret|key|flag|token|pin|hash|hidden|lost|missing|answer|code)s?\b"
+    r"|\b(?:password|passphrase|secret|key|flag|token|pin|hash|answer|code)s?\b[^.\n]{0,120}?\b(?:is|are|was|were) "
+    r"(?:hidden|lost|missing|encrypted|encoded)\b",
     re.IGNORECASE,
 )
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
