@@ -125,3 +125,11 @@ def test_environment_env_is_honoured_over_the_images_env(tmp_path):
     tool = ScriptedTool(local={TRIXIE}, config=IMAGE_CONFIG)
     placed = place(load_harbor(root, images=True), SandboxConfig(), lambda line: None, lambda choice: tool)
     assert placed.environment.env == {"PATH": "/opt/venv/bin:/usr/bin:/bin", "DEBIAN_FRONTEND": "teletype", "MODE": "test"}
+
+
+@pytest.mark.unit
+def test_empty_harbor_tables_ask_for_nothing(tmp_path):
+    # Terminal-Bench 2's task.toml files carry these, empty
+    loaded = load_task(task(tmp_path, "gpus = 0\nmcp_servers = []", top="steps = []\n",
+                            tables="[verifier.env]\n\n[environment.env]\n\n[solution.env]\n"))
+    assert loaded.environment.storage_mb == 512

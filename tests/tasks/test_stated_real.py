@@ -169,3 +169,40 @@ def test_find_tasks_are_those_that_hide_a_value(instruction, finds):
     from fireflash.tasks.requirements import FIND_WORDS
 
     assert bool(FIND_WORDS.search(instruction)) == finds
+
+
+FED_TESTS = '''
+from pathlib import Path
+
+UNUSED = Path("/app/never_checked.json")
+
+
+def test_terminal_writes_a_file(terminal):
+    terminal.send_keystrokes("echo 'Hello, world!' > /app/hello_from_test.txt")
+    assert Path("/app/hello_from_test.txt").read_text() == "Hello, world!\\n"
+
+
+if __name__ == "__main__":
+    test_terminal_writes_a_file(None)
+'''
+SHELL_TESTS = """#!/bin/bash
+mkdir -p ~/.ssh /srv/fixture-keys
+ssh-keygen -t ed25519 -f /srv/fixture-keys/id_test -N '' -q
+cp /srv/fixture-keys/id_test /srv/copied/id_copy
+echo ready > /srv/state/flag
+cp /app/agent_output.txt /tmp/scratch.txt
+chmod +x /app/agent_script.sh
+"""
+
+
+def test_fed_commands_unused_constants_main_guards_and_shell_made_paths_are_no_requirements(tmp_path):
+    root = task(tmp_path, "terminal", "Build a headless terminal in /app.", FED_TESTS)
+    (root / "tests" / "verify.sh").write_text(SHELL_TESTS)
+    stated = check_stated(root / "tests", "Build a headless terminal in /app.", "/app")
+    notes = {r.value: why for r, why in stated.notes}
+    for made in ("/app/hello_from_test.txt", "/app/never_checked.json", "/srv/fixture-keys/id_test",
+                 "/srv/copied/id_copy", "/srv/state/flag"):
+        assert notes.get(made) == "a test input (the tests create it)", (made, notes)
+    # what the agent must produce still counts: a copy's source, a script the tests make executable
+    assert {r.value for r in stated.missing} == {"/app/agent_output.txt", "/app/agent_script.sh"}
+    assert "__main__" not in {r.value for r in stated.missing} | set(notes)

@@ -147,9 +147,9 @@ COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "c
 def _refuse_unsupported(paths: TaskPaths, config: dict[str, Any], env_t: dict[str, Any], where: str) -> None:
     """Harbor features that change what a task is and that FireFlash cannot honour yet: a clear error naming the
     field or file, never a task that silently runs without them (issue 26)."""
-    steps = config.get("steps")
+    steps = config.get("steps")  # empty lists and tables, as Harbor writes them, ask for nothing
     _need(
-        steps is None and not (paths.root / "steps").is_dir(),
+        not steps and not (paths.root / "steps").is_dir(),
         f"{where}: multi-step tasks ([[steps]] in task.toml, a steps/ directory) are not supported yet; "
         "split the task into single-step tasks or leave it out",
     )
@@ -160,7 +160,7 @@ def _refuse_unsupported(paths: TaskPaths, config: dict[str, Any], env_t: dict[st
             "are not supported yet; give the task one environment/Dockerfile or leave it out",
         )
     _need(
-        "mcp_servers" not in env_t,
+        not env_t.get("mcp_servers"),
         f"{where} [environment] mcp_servers: MCP server sidecars are not supported yet; leave the task out",
     )
     gpus = _typed(env_t, "gpus", int, f"{where} [environment]")

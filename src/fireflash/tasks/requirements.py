@@ -162,6 +162,27 @@ def _written_paths(tree: ast.AST) -> set[str]:
     return written
 
 
+def _fed_paths(tree: ast.AST) -> set[str]:
+    """Paths inside commands the tests feed to a program ("echo hi > /app/test.txt" sent to the agent's
+    terminal): what the tests make happen, not what the agent was to produce."""
+    fed = [
+        a.value for n in ast.walk(tree) if isinstance(n, ast.Call)
+        for a in [*n.args, *(k.value for k in n.keywords)]
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and " " in a.value.strip()
+    ]
+    return {m[1] for text in fed for m in SHELL_PATH.finditer(text)}
+
+
+def _unused_paths(tree: ast.AST) -> set[str]:
+    """Paths only assigned to a name nothing reads (a constant no check uses)."""
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unused: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id not in loaded for t in node.targets):
+            unused |= _path_constants(node.value, {})
+    return unused
+
+
 def _imports(tree: ast.AST, tests_dir: Path, label: str) -> list[Requirement]:
     """Modules the tests import that neither Python nor the tests provide (the agent writes them), and the
     names taken from them."""
@@ -206,9 +227,11 @@ def _python_requirements(path: Path, label: str) -> list[Requirement]:
         and isinstance(n.body[0], ast.Expr)
         and isinstance(n.body[0].value, ast.Constant)
     }
-    written = _written_paths(tree)
+    written = _written_paths(tree) | _fed_paths(tree) | _unused_paths(tree)
     found: list[Requirement | None] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__":
+            continue  # if __name__ == "__main__"
         if isinstance(node, ast.Compare) and all(
             isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops
         ):
@@ -226,13 +249,24 @@ def _python_requirements(path: Path, label: str) -> list[Requirement]:
     return [r for r in found if r is not None]
 
 
+SHELL_MAKES = re.compile(r"^\s*(?:sudo\s+)?(?:mkdir|touch|tee|ssh-keygen)\b")  # every path named is made
+SHELL_COPIES = re.compile(r"^\s*(?:sudo\s+)?(?:cp|mv|ln|install)\b")  # the last path named is made
+
+
 def _shell_requirements(path: Path, label: str) -> list[Requirement]:
-    found = []
+    found, written = [], set()
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
-        for m in SHELL_PATH.finditer(code):
-            if not _internal(m[1]):
-                found.append(Requirement("path", m[1], f"{label}:{n}"))
+        matches = [m for m in SHELL_PATH.finditer(code) if not _internal(m[1])]
+        for i, m in enumerate(matches):
+            # a path the script itself creates (mkdir, a copy's target, ssh-keygen -f, a redirection) is a test input
+            if (
+                SHELL_MAKES.match(code)
+                or (SHELL_COPIES.match(code) and i == len(matches) - 1)
+                or re.search(r">>?\s*~?$", code[: m.start()])
+            ):
+                written.add(m[1])
+            found.append(Requirement("path", m[1], f"{label}:{n}", written=m[1] in written))
     return found
 
 
