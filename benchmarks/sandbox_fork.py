@@ -5,7 +5,8 @@
 Builds a task parent of ``--files`` files totalling ``--mb`` MB, then prints p50/p99 of:
 
 1. fork lifecycle: ``fork() → exec("true") → close()`` (target: p50 ≤ 15 ms, p99 ≤ 40 ms), with the
-   default ``prefork`` (children of the parent started ahead, in the background) and cold; then the same
+   default ``prefork`` (children of the parent started ahead, in the background), cold, and with the
+   writable layer on a tmpfs instead of its own ext4 disk (``sandbox.storage``, sandbox/disks.py); then the same
    for an image-backed task (issue 26): an image ``FROM --image`` (default the local Debian trixie base)
    holding the same number of files in /app, its rootfs the overlay's lowest layer, root inside a user
    namespace (skipped, saying why, without a container tool);
@@ -121,9 +122,14 @@ def time_bwrap_per_command(runs: int, uid: int) -> list[float]:
 
 
 async def time_sandbox(
-    env: TaskEnvironment, forks: int, commands: int, prefork: int, rootfs_dir: str | None = None
+    env: TaskEnvironment, forks: int, commands: int, prefork: int, rootfs_dir: str | None = None,
+    storage: str = "auto",
 ) -> tuple[list[float], list[float]]:
-    backend = make_backend(SandboxConfig(cgroup_pool_size=2, prefork=prefork, image_rootfs_dir=rootfs_dir))
+    backend = make_backend(
+        SandboxConfig(cgroup_pool_size=2, prefork=prefork, image_rootfs_dir=rootfs_dir, storage=storage)
+    )
+    if storage == "auto":
+        print(f"writable layer: {'tmpfs (' + backend.disks.note + ')' if backend.disks.note else 'own ext4 disk of storage_mb'}")
     try:
         parent = await backend.prepare(env, "bench")
         for _ in range(3):  # warm-up: launcher start, page cache
@@ -167,6 +173,7 @@ def main() -> None:
         env = TaskEnvironment(files_dir=files)
         fork, shell = asyncio.run(time_sandbox(env, args.forks, args.commands, prefork=SandboxConfig().prefork))
         cold, _ = asyncio.run(time_sandbox(env, args.forks, 1, prefork=0))
+        tmpfs, _ = asyncio.run(time_sandbox(env, args.forks, 1, SandboxConfig().prefork, storage="tmpfs"))
         cp = time_cp(files, args.copies)
     image_rows, why_not = [], "--image ''"
     if args.image:
@@ -196,6 +203,7 @@ def main() -> None:
     rows = [
         (f"fork → exec true → close ({args.forks}x, {args.files} files / {args.mb} MB)", fork),
         ("  same, cold (prefork=0: every fork starts its sandbox on demand)", cold),
+        ("  same, writable layer on tmpfs (sandbox.storage='tmpfs': no disk quota)", tmpfs),
         (f"cp -a copy + rm -rf of the parent ({args.copies}x)", cp),
         (f"new process per command: true ({args.forks}x)", proc),
         (f"persistent shell: exec('true') ({args.commands}x)", shell),

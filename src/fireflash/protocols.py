@@ -232,7 +232,9 @@ class Score(Record):
     solved: bool = Field(description="Every check passed.")
     checks_passed: int = Field(0, ge=0)
     checks_total: int = Field(0, ge=0)
-    reason: str = Field("", description="'', 'timeout', 'grader_error', 'no_report', ...")
+    reason: str = Field(
+        "", description="'', 'timeout', 'grader_error', 'no_report', 'verifier_not_run' (a tool the tests run is missing), ..."
+    )
     log: str = Field("", description="Tail of the grader's output.")
     duration_sec: float = 0.0
 

@@ -146,6 +146,7 @@ def test_check_host_reports_every_requirement(tmp_path):
         "sandbox root_dir",
         "openat2",
         "cgroups",
+        "disk quota",
     ]
     assert all(isinstance(ok, bool) and detail for _, ok, detail in checks)
     assert check_host(SandboxConfig(backend="unsafe-local"))[0][1] is True

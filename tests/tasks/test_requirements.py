@@ -3,7 +3,7 @@
 import pytest
 
 from fireflash.tasks.loader import bundled_tasks
-from fireflash.tasks.requirements import referenced_requirements, unstated_requirements
+from fireflash.tasks.requirements import check_stated, referenced_requirements, unstated_requirements
 
 pytestmark = pytest.mark.unit
 
@@ -48,20 +48,23 @@ def test_unstated_requirements_are_listed_with_location(tmp_path):
     tests = write(tmp_path, TESTS)
     instruction = "Run `mytool`, then write DONE to out/result.txt. The answer has 4217 bytes; xyz."
     assert unstated_requirements(tests, instruction, "/app") == []
-    missing = unstated_requirements(tests, "Write DONE to a file.", "/app")
-    assert {(r.kind, r.value) for r in missing} == {
+    stated = check_stated(tests, "Write DONE to a file.", "/app")
+    assert {(r.kind, r.value) for r in stated.missing} == {
         ("path", "/app/out/result.txt"),
-        ("literal", "4217"),
         ("command", "mytool"),
         ("literal", "xyz"),
     }
-    assert all(r.where.startswith("tests/test_outputs.py:") for r in missing)
+    assert all(r.where.startswith("tests/test_outputs.py:") for r in stated.missing)
+    # a number the tests expect is computed from the instruction's rules: a note, not a requirement
+    assert [(r.value, why) for r, why in stated.notes] == [
+        ("4217", "an expected value computed from the instruction's rules (a number)")
+    ]
 
 
 def test_numbers_match_whole_numbers_only(tmp_path):
     tests = write(tmp_path, "def test_n():\n    assert compute() == 42\n")
-    assert unstated_requirements(tests, "It is 42.", "/app") == []
-    assert len(unstated_requirements(tests, "It is 142 or 4.2 or 42.5.", "/app")) == 1
+    assert check_stated(tests, "It is 42.", "/app").notes == []
+    assert len(check_stated(tests, "It is 142 or 4.2 or 42.5.", "/app").notes) == 1
 
 
 def test_shell_tests_paths(tmp_path):
@@ -77,5 +80,8 @@ def test_every_bundled_task_states_what_it_checks():
     for split in ("train", "heldout"):
         for task in bundled_tasks(split):
             assert (
-                unstated_requirements(task.grader.tests_dir, task.instruction, task.environment.workdir) == []
+                unstated_requirements(
+                    task.grader.tests_dir, task.instruction, task.environment.workdir, [task.path / "environment"]
+                )
+                == []
             ), task.id

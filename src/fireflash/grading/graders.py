@@ -19,6 +19,7 @@ import ctypes
 import functools
 import importlib
 import inspect
+import re
 import threading
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
@@ -36,6 +37,13 @@ from fireflash.grading.verifier import VerifierOutput, run_verifier
 from fireflash.protocols import Grader, GraderSpec, Sandbox, Score, Task
 
 LOG_TAIL_CHARS = 4000
+NOT_RUN = "verifier_not_run"  # Score.reason: the tests never got to check anything (a missing tool, exit 127)
+_MISSING_COMMAND = re.compile(r"^.*(?:command not found|: not found|No such file or directory).*$", re.MULTILINE)
+_PYTEST_SUMMARY = re.compile(r"\b\d+ (?:passed|failed)\b")
+IMPORT_ERROR = re.compile(
+    r"^.*(?:ModuleNotFoundError|ImportError|collection failed|errors? during collection|ERROR collecting).*$",
+    re.MULTILINE,
+)
 
 
 def _base(output: VerifierOutput) -> dict[str, Any]:
@@ -50,6 +58,43 @@ def _zero(output: VerifierOutput, reason: str, note: str = "", passed: int = 0, 
     if note:
         score.log = f"{score.log}\n[grader] {note}"[-LOG_TAIL_CHARS:]
     return score
+
+
+def why_not_run(output: VerifierOutput) -> str | None:
+    """Why the test command never got to run a check (None: it ran some, or the evidence is not clear-cut).
+
+    A verifier that never ran scores 0 for every attempt, which looks like a sound grader to anything that
+    only reads rewards (issue 26: gates 6, 8 and 9 passed such tasks). Clear-cut signs, which nothing the
+    agent writes can produce while the tests run their checks: the sandbox failed before the tests started;
+    the test command exited 126 or 127 (a program it runs is missing or not executable: ``uvx`` without
+    ``uv``, ``pytest`` not installed), or printed "command not found", and no JUnit report holds a check.
+    A test file failing to import, or no report at all, may be the agent's doing (a module the tests
+    import that it never wrote): ``gate_not_run`` judges those on the reference-solved state.
+    """
+    if output.timed_out:
+        return None
+    if output.error and not output.reports:
+        return f"the grading sandbox failed: {output.error}"
+    if _has_cases(output) or _PYTEST_SUMMARY.search(output.log or ""):
+        return None
+    lines = _MISSING_COMMAND.findall(output.log or "")
+    last = lines[-1].strip()[:200] if lines else ""
+    if output.exit_code in (126, 127):
+        why = f"the test command exited {output.exit_code} (a program it runs is missing or not executable)"
+        return why + (f": {last}" if last else "")
+    not_found = [ln.strip()[:200] for ln in lines if "command not found" in ln]
+    if not_found:
+        return f"a program the test command runs is missing: {not_found[-1]}"
+    return None
+
+
+def _has_cases(output: VerifierOutput) -> bool:
+    """Whether the JUnit report holds at least one check that ran (not only a collection error)."""
+    try:
+        checks = parse_junit(output.reports["junit.xml"])
+    except (KeyError, ReportError):
+        return False
+    return any(c.passed or not IMPORT_ERROR.search(c.message or "") for c in checks)
 
 
 def partial_credit(outcome: dict[str, bool], free_checks: Collection[str] = ()) -> float:
@@ -105,6 +150,9 @@ def score_tests(
         return _zero(output, "timeout", total=len(expected_checks or []))
     if output.error and not output.reports:
         return _zero(output, "grader_error", total=len(expected_checks or []))
+    why = why_not_run(output)
+    if why is not None:
+        return _zero(output, NOT_RUN, f"verifier did not run: {why}", total=len(expected_checks or []))
     try:
         checks = parse_junit(output.reports["junit.xml"]) if "junit.xml" in output.reports else None
         file_reward = None
@@ -169,6 +217,9 @@ def score_swe(output: VerifierOutput, fail_to_pass: list[str], pass_to_pass: lis
     total = len(fail_to_pass) + len(pass_to_pass)
     if output.error and not output.reports:
         return _zero(output, "grader_error", total=total)
+    why = why_not_run(output)
+    if why is not None:
+        return _zero(output, NOT_RUN, f"verifier did not run: {why}", total=total)
     if "junit.xml" not in output.reports:
         return _zero(output, "no_report", "the tests wrote no junit.xml", total=total)
     try:

@@ -91,6 +91,9 @@ class BwrapSandbox:
         self.closed = False
         self.box = str(backend.dir / "boxes" / backend.new_id())
         self._slot: Slot | None = None
+        self._disk: str | None = None  # the ext4 image its writable layer is a copy of (disks.py); None: tmpfs
+        self._mnt_ns = -1  # with a disk: its mount namespace, held so that close() need not wait for the unmount
+        self._disk_root = -1  # with a disk: its root directory (linux.discard_disk at close)
         self._bwrap_pid = 0  # the bwrap process outside the sandbox: holds the overlay's mount namespace
         self._pidfd = -1
         self._init_pid = 0  # the keeper, pid 1 inside
@@ -185,6 +188,8 @@ class BwrapSandbox:
             "box": self.box,
             "lowerdir": self.backend.lowerdir(self.lowers),
             "storage_mb": self.env.storage_mb,
+            "disk": self._disk,  # an ext4 image to copy and mount as the box (disks.py); None: a tmpfs
+            "disk_copy": self.backend.disks.scratch(f"{self.backend.dir.name}-{os.path.basename(self.box)}"),
             # "/" belongs to the image's root (as in the image), or to the host-userland sandbox user
             "upper_owner": [base, base] if me.image else [me.host_uid, me.host_gid],
             "userns": {"base": base, "size": IMAGE_IDS} if me.image else None,
@@ -194,6 +199,7 @@ class BwrapSandbox:
     async def _launch(self) -> None:
         cfg, env = self.backend.cfg, self.env
         os.mkdir(self.box, 0o755)
+        self._disk = self.backend.disks.template(env.storage_mb)
         self._slot = self.backend.pool.acquire(env.memory_mb, env.pids_max, env.cpus)
         stdin_r, stdin_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
@@ -229,6 +235,10 @@ class BwrapSandbox:
         finally:
             os.close(info_r)
         self._init_pid = int(info["child-pid"])
+        if self._disk is not None:
+            self._mnt_ns = os.open(f"/proc/{self._bwrap_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            # the disk itself, to discard its unwritten pages at close instead of writing them to its image
+            self._disk_root = os.open(f"/proc/{self._bwrap_pid}/root{self.box}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._pidns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
         # opened only after the shell answered, i.e. after bwrap switched to the sandbox's root
         self._root_fd = os.open(f"/proc/{self._init_pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -486,6 +496,9 @@ class BwrapSandbox:
             if fd >= 0:
                 os.close(fd)
         self._root_fd = self._err_fd = -1
+        if self._mnt_ns >= 0:  # the disk's unmount (and the loop device's detach) happens off this path
+            self.backend.drop_disk(self._mnt_ns, self._disk_root, self.box)
+            self._mnt_ns = self._disk_root = -1
         try:
             os.rmdir(self.box)
         except FileNotFoundError:

@@ -32,6 +32,18 @@ class SandboxConfig(BaseModel):
         "/dev/shm/fireflash-sandboxes",
         description="Host directory for parents, overlay upper/work dirs; must not itself be on overlayfs.",
     )
+    storage: Literal["auto", "disk", "tmpfs"] = Field(
+        "auto",
+        description="Where each sandbox's writes (its overlay upper dir) live, capped at the task's storage_mb: "
+        "'disk' its own ext4 filesystem on a loop device (a disk quota: a write past it fails with ENOSPC and costs "
+        "no memory; sandbox/disks.py); 'tmpfs' a tmpfs, whose pages count against memory_mb; 'auto' disk when the "
+        "host allows (root, loop devices, mkfs.ext4), else tmpfs with a logged warning.",
+    )
+    disk_dir: str = Field(
+        "/var/tmp/fireflash-disks",
+        description="Directory on a disk filesystem (not tmpfs) for the empty ext4 images sandboxes copy (~200 KB "
+        "each, one per storage_mb) and, briefly, their copies (unlinked once attached: blocks freed at close).",
+    )
     tmp_size_mb: int = Field(256, gt=0, description="Size cap of each sandbox's tmpfs /tmp, MiB.")
     output_size_mb: int = Field(
         128,
@@ -152,10 +164,10 @@ class SandboxConfig(BaseModel):
                 )
         return self
 
-    @field_validator("root_dir")
+    @field_validator("root_dir", "disk_dir")
     @classmethod
     def _no_option_separators(cls, v: str) -> str:
         # overlayfs mount options are comma/colon separated: such characters would corrupt lowerdir=
         if any(c in v for c in ",:\\") or not v.startswith("/"):
-            raise ValueError(f"sandbox.root_dir {v!r} must be an absolute path without ',', ':' or '\\\\'")
+            raise ValueError(f"sandbox.root_dir / disk_dir {v!r} must be an absolute path without ',', ':' or '\\\\'")
         return v

@@ -11,21 +11,9 @@ from pathlib import Path
 from fireflash.sandbox import linux
 from fireflash.sandbox.cgroups import detect_mode
 from fireflash.sandbox.config import SandboxConfig
+from fireflash.sandbox.disks import check_disks
 
 Check = tuple[str, bool, str]
-
-
-def _fs_type(path: str) -> str:
-    """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
-    path = os.path.realpath(path)
-    best, fstype = "", "?"
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            point = left.split()[4]
-            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
-                best, fstype = point, right.split()[0]
-    return fstype
 
 
 def check_bwrap(which=shutil.which) -> Check:
@@ -110,14 +98,14 @@ def _check_overlay(root_dir: str) -> Check:
             False,
             f"mount failed: {done.stderr.strip()} (modprobe overlay; root_dir must not be on overlayfs)",
         )
-    return ("overlayfs", True, f"mountable in a private mount namespace (upper dirs on {_fs_type(base)})")
+    return ("overlayfs", True, f"mountable in a private mount namespace (upper dirs on {linux.fs_type(base)})")
 
 
 def _check_root_dir(root_dir: str) -> Check:
     parent = root_dir
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    fstype = _fs_type(parent)
+    fstype = linux.fs_type(parent)
     if fstype == "overlay":
         return (
             "sandbox root_dir",
@@ -155,4 +143,5 @@ def check_host(cfg: SandboxConfig) -> list[Check]:
     checks.append(_check_root_dir(cfg.root_dir))
     checks.append(("openat2", linux.openat2_available(), "safe file access inside sandboxes (Linux >= 5.6)"))
     checks.append(check_cgroups(cfg))
+    checks.append(check_disks(cfg))
     return checks

@@ -11,9 +11,10 @@ start fast and must not import the ``fireflash`` package. It reads requests from
 SOCK_SEQPACKET socket): a JSON message plus file descriptors (SCM_RIGHTS); it answers ``{"pid": N}``
 or ``{"error": "..."}``. Requests:
 
-    box   fds [stdin, ctl, info, err]: mount the tmpfs + overlay in a new private mount namespace, bind each
-          ``ro_mounts`` pair (host directory, path inside) read-only into it, drop to the sandbox uid, exec
-          bwrap (argv given). With ``userns`` (an image-backed sandbox) it first
+    box   fds [stdin, ctl, info, err]: mount the sandbox's disk (``disk``: an ext4 image copied to ``disk_copy``)
+          or a tmpfs, and the overlay, in a new private mount namespace, bind each ``ro_mounts`` pair
+          (host directory, path inside) read-only into it, drop to the sandbox uid, exec bwrap (argv
+          given). With ``userns`` (an image-backed sandbox) it first
           makes the sandbox's two user namespaces, whose many-id maps only root may write
           (``linux.userns_pair``), and hands them to bwrap as fds 6 and 7 (``--userns 6 --userns2 7``).
     join  fds [stdin, ctl, err, net, user-owner, mnt, pid, ipc, uts, cgroup, (inner user)]: join a running
@@ -82,16 +83,26 @@ def _box(req: dict, fds: list[int], host_net: int) -> None:
     box = req["box"]
     linux.unshare(linux.CLONE_NEWNS)
     linux.make_mounts_private()
-    linux.mount(
-        "tmpfs", box, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"size={req['storage_mb']}m,mode=0755"
-    )
+    if req.get("disk"):  # its own ext4 of storage_mb: a disk quota (disks.py); gone with this namespace
+        linux.mount_disk(req["disk"], req["disk_copy"], box, linux.MS_NOSUID | linux.MS_NODEV)
+        os.chmod(box, 0o755)
+    else:
+        linux.mount(
+            "tmpfs", box, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"size={req['storage_mb']}m,mode=0755"
+        )
     for name in ("upper", "work", "merged"):
         os.mkdir(f"{box}/{name}", 0o755)
     # the upper dir's root is the sandbox's "/": owned by the sandbox user (host userland), who may create
     # /tests, /solution...; or by the image's root, as the image's own "/" is
     os.chown(f"{box}/upper", *req["upper_owner"])
     options = f"lowerdir={req['lowerdir']},upperdir={box}/upper,workdir={box}/work,redirect_dir=off,index=off,metacopy=off"
-    linux.mount("overlay", f"{box}/merged", "overlay", linux.MS_NOSUID | linux.MS_NODEV, options)
+    try:  # volatile (Linux 5.10+): no sync of the disk when the overlay goes, which close() would wait for
+        linux.mount("overlay", f"{box}/merged", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
+                    options + (",volatile" if req.get("disk") else ""))
+    except OSError:
+        if not req.get("disk"):
+            raise
+        linux.mount("overlay", f"{box}/merged", "overlay", linux.MS_NOSUID | linux.MS_NODEV, options)
     # mounted as root: the sandbox user need not reach the host directory, and cannot make it writable
     for source, inside in req.get("ro_mounts") or []:
         linux.bind_read_only(source, f"{box}/merged", inside)

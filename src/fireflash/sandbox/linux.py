@@ -8,13 +8,17 @@
 - ``kill_pidns``: every process of a pid namespace but one (a sandbox that filled its pids limit).
 - ``kill_marked``: every process whose environment holds a marker entry (a job's processes that left its tree).
 - ``userns_pair``: the two user namespaces of an image-backed sandbox, with a multi-id map only root can write.
+- ``mount_disk`` / ``discard_disk``: a private copy of an ext4 image on a loop device that detaches itself (a
+  sandbox's disk quota), and dropping its unwritten pages when the sandbox closes; ``fs_type`` of a path.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
+import struct
 import signal
 import time
 
@@ -66,6 +70,19 @@ def mount(
     """mount(2). Raises OSError naming the target."""
     ret = _libc.mount(_enc(source), _enc(target), _enc(fstype), ctypes.c_ulong(flags), _enc(data))
     _check(ret, f"mount {fstype or ''} on {target}")
+
+
+def fs_type(path: str) -> str:
+    """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
+    path = os.path.realpath(path)
+    best, fstype = "", "?"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            point = left.split()[4]
+            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, fstype = point, right.split()[0]
+    return fstype
 
 
 def _enc(text: str | None) -> bytes | None:
@@ -497,3 +514,111 @@ def _userns_helper(owner_uid: int, owner_gid: int, size: int, up: int, down: int
     finally:
         os.write(done_w, b"x")
         os.waitpid(inner, 0)
+
+
+_EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+_EXT4_GOING_FLAGS_NOLOGFLUSH = 0x2
+_LOOP_CTL_GET_FREE = 0x4C82
+_LOOP_CONFIGURE = 0x4C0A
+_LO_FLAGS_AUTOCLEAR = 4
+_LOOP_INFO64_SIZE, _LO_FLAGS_OFFSET = 232, 52  # struct loop_info64, uapi/linux/loop.h
+
+
+def sparse_copy(src: str, dst: str) -> int:
+    """Copy ``src`` to a new file ``dst`` (its holes stay holes: a sparse 10 GiB image copies in ~0.4 ms).
+
+    Returns:
+        ``dst`` opened read-write (the caller closes it).
+
+    Raises:
+        OSError: ``dst`` exists, or a read/write error.
+    """
+    fi = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fo = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fo, os.fstat(fi).st_size)
+            offset = 0
+            while True:
+                try:
+                    offset = os.lseek(fi, offset, os.SEEK_DATA)
+                except OSError as e:  # ENXIO: no data after offset
+                    if e.errno != errno.ENXIO:
+                        raise
+                    break
+                end = os.lseek(fi, offset, os.SEEK_HOLE)
+                while offset < end:
+                    offset += os.copy_file_range(fi, fo, end - offset, offset, offset)
+        except BaseException:
+            os.close(fo)
+            raise
+        return fo
+    finally:
+        os.close(fi)
+
+
+def attach_loop(backing_fd: int) -> tuple[int, int]:
+    """Attach ``backing_fd`` to a free loop device that detaches itself once nothing holds it (autoclear).
+
+    Returns:
+        (N, fd): the device ``/dev/loopN`` and an open fd of it; it detaches when that fd is closed and
+        nothing else (a mount) holds it.
+
+    Raises:
+        OSError: no /dev/loop-control (not root, or a container without loop devices) or no free device.
+    """
+    ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(64):  # another process may take the free device first (EBUSY): ask again
+            number = fcntl.ioctl(ctl, _LOOP_CTL_GET_FREE)
+            try:
+                dev = os.open(f"/dev/loop{number}", os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:  # created by GET_FREE, its node not there yet
+                continue
+            info = bytearray(_LOOP_INFO64_SIZE)
+            struct.pack_into("I", info, _LO_FLAGS_OFFSET, _LO_FLAGS_AUTOCLEAR)
+            try:
+                fcntl.ioctl(dev, _LOOP_CONFIGURE, struct.pack("II", backing_fd, 0) + bytes(info) + bytes(64))
+            except OSError as e:
+                os.close(dev)
+                if e.errno != errno.EBUSY:
+                    raise
+                continue
+            return number, dev
+        raise OSError(errno.EBUSY, "no free loop device after 64 tries")
+    finally:
+        os.close(ctl)
+
+
+def mount_disk(template: str, scratch: str, target: str, flags: int) -> None:
+    """Mount a private copy of the ext4 image ``template`` at ``target`` in this mount namespace.
+
+    The copy is made at ``scratch`` (a file path on a disk filesystem, not tmpfs: its pages would count as
+    memory), unlinked at once, and attached to a loop device with autoclear: when the mount namespace dies
+    the filesystem is unmounted, the device detaches and the file's blocks are freed. Nothing is left behind.
+
+    Raises:
+        OSError: the copy, the loop device or the mount failed.
+    """
+    fd = sparse_copy(template, scratch)
+    try:
+        os.unlink(scratch)
+        number, dev = attach_loop(fd)
+    finally:
+        os.close(fd)
+    try:
+        # a filesystem that lives for one attempt: no kernel thread zeroing its inode tables (noinit_itable), and
+        # no cache flushes (nobarrier), which the loop device turns into an fsync of its file on the host's disk
+        mount(f"/dev/loop{number}", target, "ext4", flags, "noinit_itable,nobarrier")
+    finally:
+        os.close(dev)  # the mount holds the device now; without one, autoclear detaches it here
+
+
+def discard_disk(fd: int) -> None:
+    """Shut down the ext4 filesystem ``fd`` is on without writing anything more (EXT4_IOC_SHUTDOWN, no log
+    flush): its dirty pages are dropped, so unmounting a disk that is about to be freed costs no writes.
+
+    Raises:
+        OSError: not ext4, or no CAP_SYS_ADMIN.
+    """
+    fcntl.ioctl(fd, _EXT4_IOC_SHUTDOWN, struct.pack("I", _EXT4_GOING_FLAGS_NOLOGFLUSH))

@@ -17,18 +17,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from fireflash.grading.graders import GRADERS, score_swe, score_tests, task_checks
+from fireflash.grading.graders import GRADERS, NOT_RUN, score_swe, score_tests, task_checks
 from fireflash.grading.reports import ReportError, match_declared, parse_junit
 from fireflash.grading.verifier import grading_fork, run_verifier
 from fireflash.protocols import Sandbox, Task
-from fireflash.tasks.context import GateContext, closing, fmt
+from fireflash.tasks.context import GateContext, closing, fmt, not_run_reason
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
-from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, git_findings
+from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, PREMISE_FIELD, answer_in_git, git_findings
 from fireflash.tasks.replay import SHELL_OPTIONS
-from fireflash.tasks.requirements import unstated_requirements
+from fireflash.tasks.requirements import check_stated
 
 PLACEHOLDER = b"TODO\n"
-CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout"}
+CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout", NOT_RUN}
 # bash and coreutils only: an image need not have python3 in the agent's phase
 NETWORK_PROBE = (
     "if timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/53' 2>/dev/null; then echo -n ONLINE; else echo -n OFFLINE; fi; "
@@ -49,18 +49,33 @@ async def _gate_reference(s: GateContext) -> tuple[bool, str]:
     if s.task.solution_path is None or not s.task.solution_path.is_file():
         return False, "no reference solution (solution/solve.sh)"
     score = await s.run_reference()
+    why = not_run_reason(score)
+    if why is not None:
+        return False, f"verifier did not run: {why}\n{score.log[-1000:]}"
     ok = score.solved and score.reward == 1.0
     return ok, fmt(score) + ("" if ok else f"\n{score.log[-1500:]}")
 
 
+async def _verifier_ran(s: GateContext) -> str | None:
+    """Gates 6, 8, 9 judge scores; those of a verifier that never ran are meaningless (all 0): their verdict."""
+    why = await s.verifier_not_run()
+    return None if why is None else f"verifier did not run: {why}"
+
+
 async def _gate_stated(s: GateContext) -> tuple[bool, str]:
-    missing = unstated_requirements(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir)
-    if not missing:
-        return True, "every checked path, literal and command is stated"
-    shown = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in missing[:8])
+    given = [s.task.path / "environment"] if s.task.path is not None else []
+    stated = check_stated(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir, given)
+    notes = ""
+    if stated.notes:  # inputs, computed values, values to find: not owed to the agent, shown for review
+        shown = "; ".join(f"{r.kind} {r.value!r} ({r.where}): {why}" for r, why in stated.notes[:8])
+        more = f"; ... and {len(stated.notes) - 8} more" if len(stated.notes) > 8 else ""
+        notes = f"\nnotes, not requirements ({len(stated.notes)}): {shown}{more}"
+    if not stated.missing:
+        return True, "every path, name and format the tests require is stated" + notes
+    shown = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in stated.missing[:8])
     return (
         False,
-        f"{len(missing)} requirement(s) checked by the tests but not stated in instruction.md: {shown}",
+        f"{len(stated.missing)} requirement(s) checked by the tests but not stated in instruction.md: {shown}{notes}",
     )
 
 
@@ -177,6 +192,61 @@ def _distinctive_lines(task: Task, min_chars: int) -> list[str]:
     return sorted(lines)
 
 
+async def _answer_lines(s: GateContext, max_bytes: int = 1 << 20) -> list[str] | None:
+    """Lines the reference solution writes that the environment did not have, and its scripts' distinctive
+    lines: what kept git history must not hold (gate 5). None: no reference solution to run."""
+    task = s.task
+    if task.solution_path is None or not task.solution_path.is_file():
+        return None
+    if s.solved is None:
+        await s.run_reference()
+    assert s.solved is not None
+    parent, lines = await s.prepare(), set(_distinctive_lines(task, s.cfg.leak_min_line_chars))
+    for path in s.changed:
+        try:
+            new = await s.solved.read_file(path)
+        except OSError:
+            continue  # deleted by the solution
+        if len(new) > max_bytes:
+            continue
+        try:
+            old = set((await parent.read_file(path)).decode("utf-8", "replace").splitlines())
+        except OSError:
+            old = set()
+        for line in new.decode("utf-8", "replace").splitlines():
+            text = line.strip()
+            if len(text) >= s.cfg.leak_min_line_chars and line not in old and text not in task.instruction:
+                lines.add(text)
+    return sorted(lines)[:2000]
+
+
+def _judge_kept_history(
+    task: Task, left: list[str], answers: list[list[str]] | None
+) -> tuple[list[str], str, str]:
+    """Gate 5 on history a task keeps (its point is its git state: a dangling commit to recover, a branch to
+    merge): (leaks, note, fix). The reference solution's output in an object reached otherwise than the task's
+    declared ``git_premise`` is a leak; reached only that way, the premise (a note), as is history without it."""
+    note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+    premise = task.metadata.get(PREMISE_FIELD) or []
+    if answers is None:
+        return [], note + "; not checked for the answer (no reference solution whose output to look for)", ""
+    leaks = [(repo, kind, sha) for repo, kind, sha in answers if kind not in premise]
+    if not leaks:
+        held = f"the answer it holds is the task's premise ({PREMISE_FIELD} = {premise})" if answers else (
+            "none of it holds the reference solution's output")
+        return [], f"{note}; {held}", ""
+    problems = [
+        f"{repo.removesuffix('/.git')}: git history reached by {kind} holds the reference solution's output "
+        f"(blob {sha[:10]}), which {PREMISE_FIELD} = {premise} does not declare as the task's premise"
+        for repo, kind, sha in leaks
+    ]
+    fix = (
+        f" (if recovering it is the task, declare how it is reached: [environment] {PREMISE_FIELD} = "
+        f"{sorted({k for _, k, _ in leaks} | set(premise))}; else remove it from the environment)"
+    )
+    return problems, "", fix
+
+
 async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
     task, problems = s.task, []
     workdir = shlex.quote(task.environment.workdir)
@@ -205,19 +275,25 @@ async def _gate_no_leaks(s: GateContext) -> tuple[bool, str]:
             problems += [f"{f} contains lines of the reference solution" for f in copies]
         git = await agent.exec(CHECK_GIT, timeout_sec=120)
         left = [f"{repo}: {finding}" for repo, finding in git_findings(git.preview)]
-    note = ""
+        answers = None
+        if left and task.metadata.get(KEEP_FIELD):
+            patterns = await _answer_lines(s)
+            if patterns:
+                found = await agent.exec(answer_in_git(patterns), timeout_sec=300)
+                answers = [line.split("\t") for line in found.preview.splitlines() if line.count("\t") == 2]
+    note = fix = ""
     if left and task.metadata.get(KEEP_FIELD):
-        # the task's point is its git state (a dangling commit to recover, a branch to merge): kept, reported
-        note = f"note: {KEEP_FIELD} = true, so git history was kept: " + "; ".join(left[:12])
+        leaks, note, fix = _judge_kept_history(task, left, answers)
+        problems += leaks
     else:
         problems += left
+        fix = (
+            f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
+            f"needs it sets [environment] {KEEP_FIELD} = true)"
+        ) if left else ""
     if problems:
         shown = "; ".join(problems[:50]) + (f"; ... and {len(problems) - 50} more" if len(problems) > 50 else "")
-        if left and not note:
-            shown += (
-                f" (task preparation strips git history beyond HEAD, fireflash.tasks.git_strip; a task that "
-                f"needs it sets [environment] {KEEP_FIELD} = true)"
-            )
+        shown += fix
         return False, shown
     return True, note or "tests, solution and git history beyond HEAD are unreachable"
 
@@ -251,6 +327,9 @@ async def _gate_null_zero(s: GateContext) -> tuple[bool, str]:
     """Probes score 0. For the tests grader the checks a probe passes are free (``partial_credit``): they
     are recorded in ``s.free_checks`` (the gate report) and the probes are scored without them; only a
     probe passing every check (or a reward file giving it credit) fails the gate."""
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     calibrate = s.task.grader.kind == "tests"
     runs: list[tuple[str, Any]] = []
     async for label, probe in _probes(s):
@@ -292,6 +371,9 @@ async def _mutated(s: GateContext, base: Sandbox, mutation: str, seed: int) -> S
 
 
 async def _gate_malformed_ok(s: GateContext) -> tuple[bool, str]:
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     base = s.solved or await s.prepare()
     problems, seen = [], []
     for i in range(s.cfg.fuzz_cases):
@@ -329,6 +411,9 @@ def _checks_signature(task: Task, output: Any) -> tuple:
 
 
 async def _gate_deterministic(s: GateContext) -> tuple[bool, str]:
+    not_run = await _verifier_ran(s)
+    if not_run:
+        return False, not_run
     states: list[tuple[str, Sandbox, bool]] = []
     if s.solved is not None:
         states.append(("reference", s.solved, False))

@@ -166,6 +166,8 @@ def validate(
     console.print(table)
     console.print("gates: " + ", ".join(f"{g} {GATE_NAMES[g]}" for g in selected))
     for r in reports:
+        for note in r.notes:
+            console.print(f"[yellow]{r.task_id} note[/yellow]: {note}")
         for g in r.gates:
             if g.failed:
                 console.print(f"[red]{r.task_id} gate {g.gate} {g.name}[/red]: {g.detail}")

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 
-from fireflash.grading.graders import make_grader
+from fireflash.grading.graders import IMPORT_ERROR, NOT_RUN, make_grader
 from fireflash.protocols import Sandbox, SandboxBackend, Score, Task
 from fireflash.tasks.config import GatesConfig
 from fireflash.tasks.replay import replay_solution
@@ -30,6 +30,7 @@ class GateContext:
         self.changed: list[str] = []
         self.free_checks: list[str] = []  # checks gate 6's probes pass: no partial credit (GateReport)
         self._expected: list[str] | None = None
+        self._not_run: tuple[str | None] | None = None  # verifier_not_run's verdict, once found
         self.grader = make_grader(task.grader)
 
     async def prepare(self) -> Sandbox:
@@ -79,6 +80,22 @@ class GateContext:
             self.changed = sorted(set(listing.preview.split()))
         return self.reference_score
 
+    async def verifier_not_run(self) -> str | None:
+        """Why the task's verifier never ran (None: it ran), judged once: on the reference-solved state
+        (replayed now if gate 1 has not), else on a do-nothing fork with only the clear-cut signs
+        (``graders.why_not_run``). Gates 1, 6, 8 and 9 fail on it (issue 26): scores of a verifier that never
+        ran are all 0, which would pass "doing nothing scores 0", "junk does not crash" and "deterministic"."""
+        if self._not_run is None:
+            task = self.task
+            if task.solution_path is not None and task.solution_path.is_file():
+                score = self.reference_score or await self.run_reference()
+                self._not_run = (not_run_reason(score),)
+            else:
+                async with closing(await (await self.prepare()).fork()) as probe:
+                    score = await self.grade(probe)
+                self._not_run = (not_run_reason(score) if score.reason in (NOT_RUN, "grader_error") else None,)
+        return self._not_run[0]
+
     async def grade(self, sandbox: Sandbox) -> Score:
         """Score ``sandbox`` with the task's grader (which grades a fork of it)."""
         return await self.grader.grade(self.task, sandbox)
@@ -121,3 +138,22 @@ def fmt(score: Score) -> str:
     return f"reward={score.reward:.3f} checks={score.checks_passed}/{score.checks_total}" + (
         f" reason={score.reason}" if score.reason else ""
     )
+
+
+NOT_RUN_REASONS = {NOT_RUN, "grader_error", "no_report", "bad_report", "no_checks"}
+
+
+def not_run_reason(score: Score) -> str | None:
+    """Why the verifier did not run, from its score of a state that should pass (the reference-solved one):
+    a not-run, crash or missing-report reason, or every check failing on a test file that cannot be
+    imported (a module the verifier's Python lacks). None: the tests ran (whatever they found)."""
+    if score.solved:
+        return None
+    last = [ln.strip() for ln in score.log.splitlines() if ln.strip()]
+    if score.reason in NOT_RUN_REASONS:
+        grader = [ln for ln in last if ln.startswith("[grader]")]
+        return f"{score.reason}: {(grader or last or ['no output'])[-1][:300]}"
+    imports = IMPORT_ERROR.findall(score.log)
+    if score.checks_passed == 0 and imports:
+        return f"a test file failed to import: {imports[-1].strip()[:300]}"
+    return None

@@ -13,7 +13,7 @@
 - ``always``: every task with a Dockerfile or ``docker_image`` runs in its image (each built once).
 
 A task placed in its image gets ``TaskEnvironment.image`` (its local reference, tasks/images.py) and the
-image's own run configuration: ``ENV`` as its environment, ``WORKDIR`` as its workdir (task.toml's
+image's own run configuration: ``ENV`` as its environment (task.toml's ``[environment.env]`` over it), ``WORKDIR`` as its workdir (task.toml's
 ``[environment] workdir`` wins), and its users: ``[agent] user`` / ``[verifier] user``, else the image's
 ``USER``, else root, which the sandbox maps to an unprivileged host uid (sandbox/bwrap.py). Its files come
 from the image, so the materialised ``files_dir`` and ``setup_commands`` are dropped, except the git-history
@@ -106,6 +106,10 @@ def place(
     paths = TaskPaths(task.path)
     workdir = _environment_table(paths).get("workdir") if paths.config.is_file() else None
     image_env = dict(line.split("=", 1) for line in info.env if "=" in line)
+    # task.toml's [environment.env] over the image's ENV (the loader merged it over the materialised Dockerfile's)
+    declared = _environment_table(paths).get("env") if paths.config.is_file() else None
+    if isinstance(declared, dict):
+        image_env.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in declared.items()})
     environment = task.environment.model_copy(
         update={
             "image": record.image,

@@ -6,7 +6,8 @@
 
     1 reference      the reference solution, replayed as Bash tool calls in the training sandbox
                      (offline, as training is) and scored by the task's grader, solves the task
-    2 stated         every path, literal and command the tests check appears in the instruction
+    2 stated         every path, name and format the tests require appears in the instruction; test
+                     inputs, computed expected values and values to find are reported as notes
     3 offline        network by phase (issue 26): the agent's sandbox (where the reference is
                      replayed) and the verifier's grading fork have no network, and both worked
                      offline (the reference solved, the verifier reported); a task's
@@ -15,8 +16,9 @@
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
                      lines in the environment; no git history beyond HEAD in any repository at any
-                     depth (preparation strips it, ``git_strip``; gate 5 names what is left; a task
-                     with ``keep_git_history = true`` gets a note instead)
+                     depth (preparation strips it, ``git_strip``; gate 5 names what is left); a task
+                     with ``keep_git_history = true`` fails only where kept history holds the reference
+                     solution's output reached otherwise than its declared ``git_premise``
     6 null_zero      doing nothing, and boilerplate (expected files empty / placeholder), score 0;
                      checks they pass are recorded as ``free_checks`` (no partial credit, calibrated
                      once here; ``apply_gate_reports`` hands them to the grader), so only a probe
@@ -25,6 +27,9 @@
     8 malformed_ok   fuzzed final workspaces are scored without a crash, hang or missing report
     9 deterministic  the same final state scored K times gives identical scores and check outcomes
 
+A verifier that never ran (a missing tool, exit 127, a test file that cannot import, no report: judged on
+the reference-solved state, ``GateContext.verifier_not_run``) fails gates 1, 6, 8 and 9 as "verifier did
+not run: <why>": its scores are all 0, which would pass 6, 8 and 9 (issue 26).
 Every gate runs even when an earlier one failed, so a report names all problems at once. A gate with
 nothing to check (gate 7 without alternative solutions) is *skipped*: not a failure, so the task still
 enters the pool, but the report says so instead of claiming the gate passed.
@@ -105,6 +110,11 @@ class GateReport(BaseModel):
         description="Gate 6's calibration: check ids a do-nothing or boilerplate attempt passes; the tests "
         "grader gives them no partial credit (grading.graders.partial_credit; a full solve is still 1.0).",
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the gates could not enforce as the task asks, e.g. storage_mb only a tmpfs cap on a host "
+        "without loop devices (sandbox/disks.py).",
+    )
     duration_sec: float
 
     @property
@@ -156,12 +166,20 @@ async def validate_task(
             if sandbox is not None:
                 with contextlib.suppress(Exception):
                     await sandbox.close()
+    notes = []
+    disks = getattr(backend, "disks", None)  # the bwrap backend's (sandbox/disks.py); other backends have none
+    if disks is not None and disks.note is not None:
+        notes.append(
+            f"storage_mb = {task.environment.storage_mb} was not a disk quota in these sandboxes ({disks.note}): "
+            "their writes went to a tmpfs of that size, which counts against memory_mb"
+        )
     return GateReport(
         task_id=task.id,
         path=str(task.path) if task.path else None,
         passed=not any(r.failed for r in results),
         gates=results,
         free_checks=state.free_checks,
+        notes=notes,
         duration_sec=round(time.monotonic() - start, 3),
     )
 

@@ -21,8 +21,14 @@ every object no longer reachable (``repack -a -d`` + ``prune --expire=now``).
 
 A task whose point is the git state itself (recover a dangling commit, merge a branch, push to a local
 remote) sets ``keep_git_history = true`` in task.toml's ``[environment]`` (``keep_git_history: true`` in a
-Terminal-Bench task.yaml): nothing is stripped, and gate 5 reports what it found as a note instead of
-failing. Not guaranteed: repositories in read-only host binds (``/usr``, ``/etc``, ``sandbox.ro_binds``)
+Terminal-Bench task.yaml): nothing is stripped. Kept history is then judged by what it holds (issue 26):
+gate 5 looks for the reference solution's output (the lines the solution writes that the environment did
+not have) in every object beyond HEAD (``ANSWER_IN_GIT``), and names how the object is reached: ``refs``
+(a branch, tag, stash... other than HEAD's), ``reflogs`` or ``unreachable``. The state the task is built on
+is declared with ``git_premise`` (``git_premise = ["reflogs", "unreachable"]`` for "recover the commit that
+was reset away"): answer objects reached only that way are the premise, a note; answer objects reached any
+other way (a ``future`` branch holding the fix) are a leak, and gate 5 fails. History that holds no answer
+is a note. Not guaranteed: repositories in read-only host binds (``/usr``, ``/etc``, ``sandbox.ro_binds``)
 are not searched, and without ``git`` in the environment nothing is stripped (gate 5 then says so).
 
 The scripts address the sandbox's own ``/``; under the ``unsafe-local`` backend they address its box
@@ -32,6 +38,8 @@ The scripts address the sandbox's own ``/``; under the ``unsafe-local`` backend 
 from __future__ import annotations
 
 KEEP_FIELD = "keep_git_history"
+PREMISE_FIELD = "git_premise"
+PREMISE_KINDS = ("refs", "reflogs", "unreachable")  # how an object beyond HEAD is reached (ANSWER_IN_GIT)
 
 # Every git directory under the sandbox's writable filesystems (-xdev keeps out the host's read-only
 # binds; /tmp is its own tmpfs): a directory holding a HEAD file, objects/ and refs/.
@@ -129,3 +137,49 @@ def git_findings(output: str) -> list[tuple[str, str]]:
         if sep:
             found.append((repo.removesuffix("/.git"), finding.strip()))
     return found
+
+
+def answer_in_git(patterns: list[str]) -> str:
+    """Gate 5's check of kept history: one ``<git dir>\t<kind>\t<blob>`` line per object beyond HEAD (not
+    reachable from HEAD or the index) that holds one of ``patterns`` (lines of the reference solution's
+    output), ``kind`` being how it is reached: ``refs`` (refs other than HEAD's branch, an operation in
+    progress), else ``reflogs``, else ``unreachable``."""
+    end = "FF_ANSWER_PATTERNS_EOF"
+    body = "\n".join(p for p in patterns if p.strip() and end not in p)  # an empty line would match everything
+    return (
+        "("
+        + _FIND_GIT_DIRS
+        + f"""
+command -v git >/dev/null 2>&1 || exit 0
+pat=$(mktemp)
+cat > "$pat" <<'{end}'
+{body}
+{end}
+"""
+        + r"""
+_ff_git_dirs | while IFS= read -r d; do
+  [ -n "$d" ] || continue
+  cur=$(g symbolic-ref -q HEAD)
+  t=$(mktemp -d)
+  roots=""
+  for p in MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD REBASE_HEAD rebase-merge/orig-head rebase-apply/orig-head; do
+    roots="$roots $(cat "$d/$p" 2>/dev/null)"
+  done
+  g rev-list --objects HEAD --indexed-objects 2>/dev/null | cut -d' ' -f1 | LC_ALL=C sort -u > "$t/head"
+  others=$(g for-each-ref --format='%(refname)' | grep -vxF "${cur:-HEAD}")
+  g rev-list --objects $others $roots --not HEAD -- 2>/dev/null | cut -d' ' -f1 | LC_ALL=C sort -u > "$t/refs"
+  g rev-list --objects --reflog --not HEAD -- 2>/dev/null | cut -d' ' -f1 | LC_ALL=C sort -u > "$t/reflogs"
+  g cat-file --batch-all-objects --batch-check='%(objectname) %(objecttype)' 2>/dev/null     | awk '$2 == "blob" { print $1 }' | LC_ALL=C sort > "$t/blobs"
+  LC_ALL=C comm -23 "$t/blobs" "$t/head" | head -n 5000 | while read -r sha; do
+    g cat-file blob "$sha" 2>/dev/null | grep -qFf "$pat" || continue
+    kind=unreachable
+    grep -qxF "$sha" "$t/reflogs" && kind=reflogs
+    grep -qxF "$sha" "$t/refs" && kind=refs
+    printf '%s	%s	%s
+' "$d" "$kind" "$sha"
+  done
+  rm -rf "$t"
+done | head -n 40
+rm -f "$pat"
+); true"""
+    )

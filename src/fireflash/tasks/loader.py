@@ -31,7 +31,7 @@ from fireflash.protocols import cache_root
 from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
-from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
+from fireflash.tasks.git_strip import KEEP_FIELD, PREMISE_FIELD, PREMISE_KINDS, STRIP_GIT
 from fireflash.tasks.paths import TaskPaths
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -128,6 +128,56 @@ def _environment(
         raise TaskLoadError(f"{where}: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
 
 
+def _premise(table: dict[str, Any], keep: bool, where: str) -> dict[str, Any]:
+    """``git_premise``: the kinds of kept git history the task is built on (tasks/git_strip.py) → metadata."""
+    kinds = _str_list(table.get(PREMISE_FIELD), f"{where}: {PREMISE_FIELD}")
+    bad = [k for k in kinds if k not in PREMISE_KINDS]
+    _need(not bad, f"{where}: {PREMISE_FIELD} = {kinds!r}: unknown kind(s) {bad}; use {list(PREMISE_KINDS)}")
+    _need(
+        not kinds or keep,
+        f"{where}: {PREMISE_FIELD} is set but {KEEP_FIELD} is not true: history is stripped, so there is no premise "
+        f"to keep; set {KEEP_FIELD} = true too, or drop {PREMISE_FIELD}",
+    )
+    return {PREMISE_FIELD: kinds} if kinds else {}
+
+
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+
+
+def _refuse_unsupported(paths: TaskPaths, config: dict[str, Any], env_t: dict[str, Any], where: str) -> None:
+    """Harbor features that change what a task is and that FireFlash cannot honour yet: a clear error naming the
+    field or file, never a task that silently runs without them (issue 26)."""
+    steps = config.get("steps")  # empty lists and tables, as Harbor writes them, ask for nothing
+    _need(
+        not steps and not (paths.root / "steps").is_dir(),
+        f"{where}: multi-step tasks ([[steps]] in task.toml, a steps/ directory) are not supported yet; "
+        "split the task into single-step tasks or leave it out",
+    )
+    for name in COMPOSE_FILES:
+        _need(
+            not (paths.environment_dir / name).is_file(),
+            f"{paths.environment_dir / name}: docker-compose environments (several containers, sidecar services) "
+            "are not supported yet; give the task one environment/Dockerfile or leave it out",
+        )
+    _need(
+        not env_t.get("mcp_servers"),
+        f"{where} [environment] mcp_servers: MCP server sidecars are not supported yet; leave the task out",
+    )
+    gpus = _typed(env_t, "gpus", int, f"{where} [environment]")
+    _need(not gpus, f"{where} [environment] gpus = {gpus}: GPUs in sandboxes are not supported yet; set gpus = 0")
+
+
+def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    """``[environment.env]``: variables every command of the task sees (agent, verifier), as strings."""
+    env = _typed(table, "env", dict, where) or {}
+    for key, value in env.items():
+        _need(
+            isinstance(value, str | int | float | bool) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None,
+            f"{where} env.{key} = {value!r}: expected NAME = \"string\" (a variable name and a scalar value)",
+        )
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in env.items()}
+
+
 def _user(table: dict[str, Any], where: str) -> str | None:
     """``user`` of an [agent] or [verifier] table: a name or uid (``name:group`` too), as Harbor takes it."""
     value = _typed(table, "user", (str, int), where)
@@ -160,9 +210,10 @@ def load_harbor(root: Path, images: bool = False) -> Task:
     for name in ("agent", "verifier", "environment", "solution", "metadata"):
         tables[name] = config.get(name, {})
         _need(isinstance(tables[name], dict), f"{paths.config}: [{name}] must be a table")
-    _need(paths.test_script.is_file(), f"{paths.test_script}: missing; Harbor tasks grade with tests/test.sh")
     where = str(paths.config)
     env_t, meta = tables["environment"], dict(tables["metadata"])
+    _refuse_unsupported(paths, config, env_t, where)
+    _need(paths.test_script.is_file(), f"{paths.test_script}: missing; Harbor tasks grade with tests/test.sh")
     overrides = {
         "cpus": _typed(env_t, "cpus", (int, float), f"{where} [environment]"),
         "allow_internet": _typed(env_t, "allow_internet", bool, f"{where} [environment]"),
@@ -177,6 +228,21 @@ def load_harbor(root: Path, images: bool = False) -> Task:
     environment, extra = _environment(
         paths.dockerfile, paths.environment_dir, overrides, where, bool(keep), images
     )
+    extra.update(_premise(env_t, bool(keep), f"{where} [environment]"))
+    declared_env = _env_table(env_t, f"{where} [environment]")
+    if declared_env:  # over the Dockerfile's ENV, as a container's run-time environment is
+        environment = environment.model_copy(update={"env": {**environment.env, **declared_env}})
+    docker_image = _typed(env_t, "docker_image", str, f"{where} [environment]")
+    if docker_image is not None:
+        # it is the task's image (tasks/environments.py builds or pulls it); a loader without a sandbox config
+        # runs tasks on the host's userland, which has nothing of a docker_image without a Dockerfile
+        _need(
+            images or paths.dockerfile.is_file(),
+            f"{where} [environment] docker_image = {docker_image!r}: the task's files come only from that image, "
+            "and tasks loaded without a sandbox config run on the host's userland; load it with the sandbox config "
+            "(fireflash tasks validate / train do) or add environment/Dockerfile",
+        )
+        extra["docker_image"] = docker_image
     agent_timeout = _typed(tables["agent"], "timeout_sec", (int, float), f"{where} [agent]")
     verifier_timeout = _typed(tables["verifier"], "timeout_sec", (int, float), f"{where} [verifier]")
     build_timeout = _typed(env_t, "build_timeout_sec", (int, float), f"{where} [environment]")
@@ -261,6 +327,7 @@ def load_terminal_bench(root: Path, images: bool = False) -> Task:
     )
     keep = _typed(config, KEEP_FIELD, bool, where)
     environment, extra = _environment(paths.tb1_dockerfile, root, {}, where, bool(keep), images)
+    extra.update(_premise(config, bool(keep), where))
     agent_timeout = _typed(config, "max_agent_timeout_sec", (int, float), where)
     test_timeout = _typed(config, "max_test_timeout_sec", (int, float), where)
     tags = _str_list(config.get("tags"), f"{where} tags")

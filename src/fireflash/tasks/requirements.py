@@ -2,9 +2,21 @@
 
 A grader may only check what the agent was told. From the test files this extracts, with file and
 line, every file path / file name, every literal expected value (a string or number an ``==``, ``!=``,
-``in`` or ``not in`` comparison tests against) and every command the tests run that the host does not
-provide; each must appear in the instruction. Grader internals (``/tests``, ``/logs``, system paths)
-and the bundled runner are not requirements.
+``in`` or ``not in`` comparison tests against), every command the tests run that the host does not
+provide, and every module (and name from it) the tests import that the agent must write. Grader
+internals (``/tests``, ``/logs``, system paths) and the bundled runner are not requirements.
+
+Not everything the tests mention is something the agent must be told (issue 26: real tasks failed gate 2
+on their inputs). ``check_stated`` sorts what the instruction does not state into
+    missing  paths, names and formats only the tests know: a file the tests read that nothing gives
+             (``count.txt``), a module or function they import, a command they run, a string whose words
+             appear nowhere in the instruction or the task's inputs ("TOTAL: 3" when only the count was asked);
+    notes    what the agent cannot or need not be told: test inputs (paths the tests write, anything under
+             /tmp, files the environment or tests/ ship), expected values computed from the instruction's
+             rules (numbers; strings made only of words from the instruction or the inputs), and, when the
+             instruction asks to find / recover / crack a hidden thing (a password, key, flag, lost file...),
+             the value to be found.
+Gate 2 fails on ``missing`` only and reports the notes.
 """
 
 from __future__ import annotations
@@ -12,7 +24,10 @@ from __future__ import annotations
 import ast
 import re
 import shutil
-from dataclasses import dataclass
+import importlib.util
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 PATH_LIKE = re.compile(r"^(/?[\w.\-]+(/[\w.\-]+)+/?|[\w\-]+\.[A-Za-z][A-Za-z0-9]{0,4})$")
@@ -21,13 +36,35 @@ INTERNAL_ROOTS = ("/tests", "/logs", "/usr", "/bin", "/sbin", "/dev", "/proc", "
 TRIVIAL_NUMBERS = {0, 1, -1}
 SKIPPED_FILES = {"junit_runner.py"}
 SUBPROCESS_CALLS = {"run", "check_output", "call", "check_call", "Popen"}
+WRITE_METHODS = {"write_text", "write_bytes", "mkdir", "touch", "symlink_to", "hardlink_to", "makedirs"}
+COPY_CALLS = {"copy", "copy2", "copyfile", "copytree", "move", "symlink", "link"}
+# "find the password", "recover the lost commit", "crack the PIN": the value checked is one the task hides
+FIND_WORDS = re.compile(
+    r"\b(?:find|recover|retrieve|discover|crack|decrypt|decode|locate|figure out|reverse[- ]engineer|brute[- ]force)"
+    r"\b[^.\n]{0,120}?\b(?:password|passphrase|secret|key|flag|token|pin|hash|hidden|lost|missing|answer|code)s?\b"
+    r"|\b(?:password|passphrase|secret|key|flag|token|pin|hash|answer|code)s?\b[^.\n]{0,120}?\b(?:is|are|was|were) "
+    r"(?:hidden|lost|missing|encrypted|encoded)\b",
+    re.IGNORECASE,
+)
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
+MAX_INPUT_BYTES = 1 << 20  # per given file read for its words
 
 
 @dataclass(frozen=True)
 class Requirement:
-    kind: str  # 'path', 'literal' or 'command'
+    kind: str  # 'path', 'literal', 'command' or 'name' (a module or a name imported from it)
     value: str
     where: str  # "tests/test_outputs.py:12"
+    written: bool = False  # a path the tests themselves create (a test input), not one they require
+    module: str = ""  # for a name: the module the tests import it from
+
+
+@dataclass
+class Stated:
+    """Gate 2's sorting of what the instruction does not state (module docstring)."""
+
+    missing: list[Requirement] = field(default_factory=list)  # gate 2 fails on any
+    notes: list[tuple[Requirement, str]] = field(default_factory=list)  # (requirement, why it is not one)
 
 
 def _internal(path: str) -> bool:
@@ -60,7 +97,9 @@ def _literal(c: ast.Constant, where: str) -> Requirement | None:
 
 
 def _path(value: str, where: str) -> Requirement | None:
-    return Requirement("path", value, where) if PATH_LIKE.match(value) and not _internal(value) else None
+    # "7/2" or "1/0" (an expression fed to the agent's program) is no path: a path names something
+    named = re.search(r"[A-Za-z]", value) is not None
+    return Requirement("path", value, where) if PATH_LIKE.match(value) and named and not _internal(value) else None
 
 
 def _command(node: ast.Call, where: str) -> Requirement | None:
@@ -79,6 +118,101 @@ def _command(node: ast.Call, where: str) -> Requirement | None:
     )
 
 
+def _path_constants(node: ast.AST, names: dict[str, set[str]]) -> set[str]:
+    """Path-like string constants in ``node``, through variables assigned from them (``names``)."""
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and PATH_LIKE.match(n.value):
+            found.add(n.value)
+        elif isinstance(n, ast.Name):
+            found |= names.get(n.id, set())
+    return found
+
+
+def _written_paths(tree: ast.AST) -> set[str]:
+    """Paths the test file itself creates (open(..., 'w'), Path.write_text, mkdir, copy destinations...)."""
+    names: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names.setdefault(target.id, set()).update(_path_constants(node.value, {}))
+    for _ in range(2):  # variables built from variables (OUT = BASE / "x")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        names[target.id] |= _path_constants(node.value, names)
+    written: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        if name in WRITE_METHODS and isinstance(node.func, ast.Attribute):
+            target = node.args[0] if name == "makedirs" and node.args else node.func.value
+            written |= _path_constants(target, names)
+        elif name in ("mkdir", "makedirs") and node.args:
+            written |= _path_constants(node.args[0], names)
+        elif name == "open" and node.args:
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax"):
+                written |= _path_constants(node.args[0], names)
+        elif name in COPY_CALLS and len(node.args) >= 2:
+            written |= _path_constants(node.args[1], names)
+    return written
+
+
+def _fed_paths(tree: ast.AST) -> set[str]:
+    """Paths inside commands the tests feed to a program ("echo hi > /app/test.txt" sent to the agent's
+    terminal): what the tests make happen, not what the agent was to produce."""
+    fed = [
+        a.value for n in ast.walk(tree) if isinstance(n, ast.Call)
+        for a in [*n.args, *(k.value for k in n.keywords)]
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and " " in a.value.strip()
+    ]
+    return {m[1] for text in fed for m in SHELL_PATH.finditer(text)}
+
+
+def _unused_paths(tree: ast.AST) -> set[str]:
+    """Paths only assigned to a name nothing reads (a constant no check uses)."""
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unused: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id not in loaded for t in node.targets):
+            unused |= _path_constants(node.value, {})
+    return unused
+
+
+def _imports(tree: ast.AST, tests_dir: Path, label: str) -> list[Requirement]:
+    """Modules the tests import that neither Python nor the tests provide (the agent writes them), and the
+    names taken from them."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            mods = [(node.module, [a.name for a in node.names if a.name != "*"])]
+        else:
+            continue
+        for module, names in mods:
+            top = module.split(".")[0]
+            if _importable(top) or any(tests_dir.rglob(f"{top}.py")) or (tests_dir / top).is_dir():
+                continue
+            where = f"{label}:{node.lineno}"
+            found.append(Requirement("name", module, where, module=module))
+            found += [Requirement("name", n, where, module=module) for n in names]
+    return found
+
+
+def _importable(module: str) -> bool:
+    if module in sys.stdlib_module_names or module in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _python_requirements(path: Path, label: str) -> list[Requirement]:
     try:
         tree = ast.parse(path.read_bytes())
@@ -93,8 +227,11 @@ def _python_requirements(path: Path, label: str) -> list[Requirement]:
         and isinstance(n.body[0], ast.Expr)
         and isinstance(n.body[0].value, ast.Constant)
     }
+    written = _written_paths(tree) | _fed_paths(tree) | _unused_paths(tree)
     found: list[Requirement | None] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "__name__":
+            continue  # if __name__ == "__main__"
         if isinstance(node, ast.Compare) and all(
             isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops
         ):
@@ -106,17 +243,30 @@ def _python_requirements(path: Path, label: str) -> list[Requirement]:
         elif isinstance(node, ast.Call):
             found.append(_command(node, f"{label}:{node.lineno}"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            found.append(_path(node.value, f"{label}:{node.lineno}"))
+            req = _path(node.value, f"{label}:{node.lineno}")
+            found.append(Requirement("path", req.value, req.where, written=True) if req and req.value in written else req)
+    found += _imports(tree, path.parent, label)
     return [r for r in found if r is not None]
 
 
+SHELL_MAKES = re.compile(r"^\s*(?:sudo\s+)?(?:mkdir|touch|tee|ssh-keygen)\b")  # every path named is made
+SHELL_COPIES = re.compile(r"^\s*(?:sudo\s+)?(?:cp|mv|ln|install)\b")  # the last path named is made
+
+
 def _shell_requirements(path: Path, label: str) -> list[Requirement]:
-    found = []
+    found, written = [], set()
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
-        for m in SHELL_PATH.finditer(code):
-            if not _internal(m[1]):
-                found.append(Requirement("path", m[1], f"{label}:{n}"))
+        matches = [m for m in SHELL_PATH.finditer(code) if not _internal(m[1])]
+        for i, m in enumerate(matches):
+            # a path the script itself creates (mkdir, a copy's target, ssh-keygen -f, a redirection) is a test input
+            if (
+                SHELL_MAKES.match(code)
+                or (SHELL_COPIES.match(code) and i == len(matches) - 1)
+                or re.search(r">>?\s*~?$", code[: m.start()])
+            ):
+                written.add(m[1])
+            found.append(Requirement("path", m[1], f"{label}:{n}", written=m[1] in written))
     return found
 
 
@@ -144,18 +294,96 @@ def is_stated(req: Requirement, instruction: str, workdir: str) -> bool:
         return any(f and f in instruction for f in forms)
     if req.kind == "literal" and re.fullmatch(r"-?\d+(\.\d+)?", req.value):
         return re.search(rf"(?<![\w.]){re.escape(req.value)}(?![\w]|\.\d)", instruction) is not None
+    if req.kind == "name":  # a module may be stated as its file (app/stats.py) or by its last part
+        return any(f in instruction for f in (req.value, req.value.replace(".", "/"), req.value.rsplit(".", 1)[-1]))
     lines = [ln.strip() for ln in req.value.splitlines() if ln.strip()]
     return all(ln in instruction for ln in lines)
 
 
-def unstated_requirements(tests_dir: Path | None, instruction: str, workdir: str) -> list[Requirement]:
-    """The requirements the tests check that the instruction never states (gate 2 fails on any)."""
+def _given(tests_dir: Path, given_dirs: Iterable[Path]) -> tuple[set[str], set[str]]:
+    """(file names, lower-case words) of what the task gives: its environment files and the tests' data
+    files, and the string constants of the test files that no comparison checks (the inputs they feed)."""
+    names: set[str] = set()
+    words: set[str] = set()
+    for root in [*given_dirs, tests_dir]:
+        if not root.is_dir():
+            continue
+        for path in root.rglob("*"):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            names |= {path.name, *(p.name for p in path.relative_to(root).parents if p.name)}
+            if path.suffix == ".py" and root == tests_dir:
+                try:
+                    tree = ast.parse(path.read_bytes())
+                except (SyntaxError, ValueError):
+                    continue
+                compared = {  # checked values and bare string statements (docstrings) are not inputs
+                    id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                    for side in [n.left, *n.comparators] for c in _literals(side)
+                } | {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+                for n in ast.walk(tree):
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in compared:
+                        words |= {w.lower() for w in WORD.findall(n.value)}
+            elif path.name not in SKIPPED_FILES and path.stat().st_size <= MAX_INPUT_BYTES:
+                words |= {w.lower() for w in WORD.findall(path.read_bytes().decode("utf-8", "replace"))}
+    return names, words
+
+
+def _why_not_required(req: Requirement, instruction: str, names: set[str], words: set[str]) -> str | None:
+    """Why an unstated ``req`` is no requirement the instruction owed the agent (a note), or None (it is)."""
+    if req.kind == "path":
+        if req.written:
+            return "a test input (the tests create it)"
+        if req.value == "/tmp" or req.value.startswith("/tmp/"):
+            return "a test input or scratch file under /tmp"
+        if PurePosixPath(req.value.rstrip("/")).name in names:
+            return "a file the task's environment or tests/ ship (an input)"
+        return None
+    if req.kind == "name":
+        top = req.module.split(".")[0]
+        if top in names or f"{top}.py" in names:
+            return f"module {req.module} is code the task's environment ships (the agent edits it)"
+        return None
+    if req.kind != "literal":
+        return None  # a command the tests run is a name the agent must be told
+    if FIND_WORDS.search(instruction):
+        return "the instruction asks to find it (a value the task hides)"
+    if re.fullmatch(r"-?\d+(\.\d+)?(e-?\d+)?", req.value):
+        return "an expected value computed from the instruction's rules (a number)"
+    unknown = {w.lower() for w in WORD.findall(req.value)} - words - {w.lower() for w in WORD.findall(instruction)}
+    if not unknown:
+        return "an expected value made of the instruction's and the inputs' words (computed)"
+    return None
+
+
+def check_stated(
+    tests_dir: Path | None, instruction: str, workdir: str, given_dirs: Sequence[Path] = ()
+) -> Stated:
+    """Sort what the tests under ``tests_dir`` check and ``instruction`` does not state into missing
+    requirements (gate 2 fails on them) and notes (module docstring).
+
+    Args:
+        given_dirs: directories whose files the agent is given (the task's ``environment/``): their names and
+            words are inputs, not requirements.
+    """
+    stated = Stated()
     if tests_dir is None or not tests_dir.is_dir():
-        return []
+        return stated
+    names, words = _given(tests_dir, given_dirs)
     seen: set[tuple[str, str]] = set()
-    missing = []
     for req in referenced_requirements(tests_dir):
         if (req.kind, req.value) not in seen and not is_stated(req, instruction, workdir):
-            missing.append(req)
+            why = _why_not_required(req, instruction, names, words)
+            if why is None:
+                stated.missing.append(req)
+            else:
+                stated.notes.append((req, why))
         seen.add((req.kind, req.value))
-    return missing
+    return stated
+
+
+def unstated_requirements(
+    tests_dir: Path | None, instruction: str, workdir: str, given_dirs: Sequence[Path] = ()
+) -> list[Requirement]:
+    """The requirements the tests check that the instruction never states (gate 2 fails on any)."""
+    return check_stated(tests_dir, instruction, workdir, given_dirs).missing
