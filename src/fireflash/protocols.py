@@ -43,6 +43,11 @@ class Record(BaseModel):
 # ───────────────────────────────────────── tasks ─────────────────────────────────────────
 
 
+VERIFIER_TOOLS_DIR = "/.fireflash-verifier"
+"""Where ``TaskEnvironment.verifier_tools`` appears inside a sandbox: read-only, at the top level (no parent
+directory the image or the agent could turn into a symlink)."""
+
+
 class TaskLimits(Record):
     agent_timeout_sec: float = Field(900.0, gt=0, description="Wall-clock limit of one attempt, seconds.")
     verifier_timeout_sec: float = Field(180.0, gt=0, description="Wall-clock limit of grading, seconds.")
@@ -72,6 +77,12 @@ class TaskEnvironment(Record):
     )
     verifier_user: str | None = Field(
         None, description="Image user the verifier runs as, in the same forms; None: as `user`. Image-backed only."
+    )
+    verifier_tools: Path | None = Field(
+        None,
+        description="Host directory of what the task's test.sh installs at test time (uv, a wheelhouse), staged at "
+        "build time (tasks/verifier_staging.py); bound read-only at VERIFIER_TOOLS_DIR in every sandbox of the "
+        "environment, where the verifier finds it offline. Image-backed only.",
     )
 
 
@@ -300,10 +311,11 @@ class Sandbox(Protocol):
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
 
-    async def fork(self, user: str | None = None) -> Sandbox:
+    async def fork(self, user: str | None = None, offline: bool = False) -> Sandbox:
         """A copy-on-write child with this sandbox's current files (not its processes).
 
         ``user``: the child's user (``TaskEnvironment.user`` forms; the verifier's); None: this sandbox's.
+        ``offline``: the child has no network even when this sandbox has it (the verifier's fork).
         """
         ...
 

@@ -345,11 +345,29 @@ def test_cancelled_exec_does_not_desynchronise_the_shell(run, sandbox):
     assert run(sandbox.exec("pgrep -fc 'sleep 30'")).preview.strip() == "0"
 
 
-def test_allow_internet_shares_the_host_network(run, backend):
-    parent = run(backend.prepare(TaskEnvironment(allow_internet=True), "online"))
-    host = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
-    r = run(parent.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
-    assert set(r.preview.split()) == host
+INTERFACES = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+
+
+def test_a_tasks_allow_internet_alone_is_recorded_not_obeyed(run, backend):
+    """Issue 26: the agent phase is offline unless the user opts in (sandbox.allow_internet, off by default)."""
+    parent = run(backend.prepare(TaskEnvironment(allow_internet=True), "wants-online"))
+    assert run(parent.exec(INTERFACES)).preview.split() == ["lo"]
+
+
+def test_allow_internet_shares_the_host_network_when_the_user_opts_in_but_never_with_grading_forks(run, cfg):
+    from fireflash.sandbox import make_backend
+
+    backend = make_backend(cfg.model_copy(update={"allow_internet": True}))
+    try:
+        parent = run(backend.prepare(TaskEnvironment(allow_internet=True), "online"))
+        host = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
+        assert set(run(parent.exec(INTERFACES)).preview.split()) == host
+        assert set(run(run(parent.fork()).exec(INTERFACES)).preview.split()) == host  # the agent's attempt
+        grading = run(parent.fork(offline=True))  # the verifier's fork (grading.verifier.grading_fork)
+        assert run(grading.exec(INTERFACES)).preview.split() == ["lo"]
+        assert set(run(run(parent.fork()).exec(INTERFACES)).preview.split()) == host  # the parent stays online
+    finally:
+        run(backend.close())
 
 
 def test_ro_binds_add_read_only_layers(run, cfg):

@@ -169,3 +169,34 @@ def test_ro_binds_are_mounted_read_only_in_image_sandboxes_too(run, cfg, env, ro
         run(backend.close())
         assert not (data / "y").exists()
         shutil.rmtree(data)
+
+
+def test_staged_verifier_tools_are_read_only_for_root_and_need_no_host_path_access(run, cfg, env, tmp_path):
+    """Issue 26: the verifier's staged uv and wheels (TaskEnvironment.verifier_tools) sit in a host directory the
+    image's ids cannot even reach (under a 0700 one); root inside reads them but cannot write, remount or unmount
+    them, and a fork of its final state (the verifier's) sees the staged files, not anything it left."""
+    from fireflash.protocols import VERIFIER_TOOLS_DIR
+    from fireflash.sandbox import make_backend
+
+    hidden = tmp_path / "private"  # pytest's tmp dirs are 0700 root: no image id can traverse them
+    (hidden / "tools" / "bin").mkdir(parents=True)
+    (hidden / "tools" / "bin" / "uv").write_text("#!/bin/sh\necho staged uv\n")
+    (hidden / "tools" / "bin" / "uv").chmod(0o755)
+    os.chmod(hidden, 0o700)
+    backend = make_backend(cfg.model_copy(update={"prefork": 0}))
+    try:
+        parent = run(backend.prepare(env.model_copy(update={"verifier_tools": hidden / "tools"}), "tools"))
+        agent = run(parent.fork())
+        attack = (
+            f"{VERIFIER_TOOLS_DIR}/bin/uv; echo evil > {VERIFIER_TOOLS_DIR}/bin/uv; "
+            f"mount -o remount,rw {VERIFIER_TOOLS_DIR}; umount -l {VERIFIER_TOOLS_DIR}; rm -rf {VERIFIER_TOOLS_DIR}; "
+            f"mv {VERIFIER_TOOLS_DIR} /moved; echo done"
+        )
+        r = sh(run, agent, attack)
+        assert r.preview.splitlines()[0] == "staged uv" and "Read-only file system" in r.preview, r.preview
+        grading = run(agent.fork(user="root"))  # what the verifier forks
+        assert sh(run, grading, f"{VERIFIER_TOOLS_DIR}/bin/uv").preview == "staged uv\n"
+        assert (hidden / "tools" / "bin" / "uv").read_text() == "#!/bin/sh\necho staged uv\n"
+        assert not any("fireflash-verifier" in path for path in run(agent.diff()))
+    finally:
+        run(backend.close())

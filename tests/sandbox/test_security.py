@@ -442,3 +442,33 @@ def test_output_deleted_for_size_is_not_named(run, sandbox):
         run(sandbox.read_file(r.output_path))
     small = sh(run, sandbox, "echo small")
     assert small.output_kept and run(sandbox.read_file(small.output_path)) == b"small\n"
+
+
+def test_a_read_only_bind_refuses_a_symlinked_mount_point(tmp_path):
+    """The launcher binds the verifier's tools as host root into the sandbox's tree: a symlink the agent left
+    at the mount point (in the state a fork starts from) must not aim the mount at a host directory."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("mounts need root")
+    root, victim, tools = tmp_path / "root", tmp_path / "host-dir", tmp_path / "tools"
+    for d in (root, victim, tools):
+        d.mkdir()
+    (tools / "uv").write_text("staged")
+    (root / ".fireflash-verifier").symlink_to(victim)  # an absolute link: a host path outside the root
+    linux = Path(__file__).parents[2] / "src" / "fireflash" / "sandbox" / "linux.py"
+    code = (
+        "import importlib.util, errno, os\n"
+        f"spec = importlib.util.spec_from_file_location('l', {str(linux)!r}); l = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(l)\n"
+        "l.unshare(l.CLONE_NEWNS); l.make_mounts_private()\n"
+        "try:\n"
+        f"    l.bind_read_only({str(tools)!r}, {str(root)!r}, '/.fireflash-verifier')\n"
+        "except OSError as e:\n"
+        "    print('refused', errno.errorcode[e.errno])\n"
+        f"print(sorted(os.listdir({str(victim)!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    refused, listing = done.stdout.split("\n")[:2]
+    assert refused in ("refused ELOOP", "refused ENOTDIR") and listing == "[]", done.stdout + done.stderr

@@ -7,6 +7,8 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
 - **No process of the attempt takes part.** Grading runs in ``sandbox.fork()``, which has the attempt's
   files but fresh processes (``Sandbox.fork``): a server, watcher or rewriter the agent left running is
   not in the fork and cannot see its files.
+- **No network** (issue 26, network by phase). The fork is offline even when the attempt was online (a
+  task's ``allow_internet`` under ``sandbox.allow_internet``: ``grading_fork`` asks for ``offline``).
 - **The grader's files are fresh.** ``/tests`` and ``/logs/verifier`` are emptied and recreated in the fork,
   the tests (runner included) are written from the task's own directory on the host after the attempt
   ended, and the listing check proves nothing the agent planted (report, symlink, test) survives.
@@ -16,7 +18,18 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   or anything else from the agent's shell, ``PYTHONNOUSERSITE=1`` and bash without start-up files: the
   agent's ``~/.bashrc``, ``~/.profile``, ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and
   exported variables are never read. Only the task's declared environment (``TaskEnvironment.env``) and
-  the verifier's own variables are set. The verifier's own commands in the fork (reset, listing, kill)
+  the verifier's own variables are set.
+- **Staged tools the agent cannot alter.** What a task's ``test.sh`` installs at test time (curl, uv,
+  pytest and its plugins: tasks/verifier_staging.py) was staged at build time. uv and the wheelhouse sit in
+  a host directory the sandbox backend binds read-only at ``VERIFIER_TOOLS_DIR`` (mounted by root before
+  the sandbox starts, resolved with no symlink allowed: root inside an image sandbox can neither write nor
+  remount it, and a link it plants cannot redirect it). The fresh ``HOME`` gets what uv's installer would
+  leave there: ``.local/bin/uv`` and ``uvx`` (links to the read-only binaries) and ``.local/bin/env``, so
+  ``source $HOME/.local/bin/env`` works. uv runs offline, with no index, the wheelhouse as its only source,
+  no Python downloads (the image's own ``python3.X``), its cache in the fresh ``HOME``, and no configuration
+  file (``UV_NO_CONFIG``: a ``uv.toml`` the agent left in the workdir or ``/etc/uv`` is not read); pip reads
+  no configuration file and no index; apt finds no sources (its ``update`` succeeds, its ``install`` finds
+  the staged packages). ``staged_tools_env`` lists every variable. The verifier's own commands in the fork (reset, listing, kill)
   run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
 - **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
   working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
@@ -52,6 +65,11 @@ What is *not* guaranteed:
   interpreter itself in the state the verifier forks; host-userland bwrap sandboxes mount them read-only.
 - A task's own ``test.sh`` may undo all of this (source the agent's files, put the workdir first on
   ``PYTHONPATH``); bundled tasks do not.
+- The staged apt packages (``curl``, ``python3.13``) are part of the image, so the agent sees them too, and
+  in an image sandbox run as root it can replace them like any system file (the case above). The
+  staged uv, uvx and wheels are the only staged tools it cannot touch. pytest still reads ``pytest.ini`` /
+  ``conftest.py`` files it finds above ``/tests`` (``/pytest.ini`` in an image sandbox root can write ``/``):
+  pytest's own semantics, which a TB2 ``test.sh`` relies on.
 
 The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """
@@ -64,7 +82,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fireflash.protocols import ExecResult, Sandbox, Task
+from fireflash.protocols import VERIFIER_TOOLS_DIR, ExecResult, Sandbox, Task
 
 VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
@@ -134,9 +152,19 @@ async def run_verifier(task: Task, sandbox: Sandbox, timeout_sec: float | None =
         return VerifierOutput({}, None, True, "", time.monotonic() - start, "sandbox did not return in time")
 
 
+async def grading_fork(task: Task, sandbox: Sandbox) -> Sandbox:
+    """The fork of ``sandbox`` the verifier runs in: the task's verifier user (image-backed tasks), and no
+    network even when the attempt had it (a task with ``allow_internet`` under ``sandbox.allow_internet``)."""
+    kwargs: dict = {}
+    if task.environment.verifier_user is not None:  # tasks run in their image ([verifier].user, else the image's)
+        kwargs["user"] = task.environment.verifier_user
+    if task.environment.allow_internet:  # only such a task's attempt may have had the network
+        kwargs["offline"] = True
+    return await sandbox.fork(**kwargs)
+
+
 async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> VerifierOutput:
-    user = task.environment.verifier_user  # set for tasks run in their image ([verifier].user, else the image's)
-    fork = await (sandbox.fork() if user is None else sandbox.fork(user=user))
+    fork = await grading_fork(task, sandbox)
     try:
         # The fork's user may not delete /tests or /logs themselves (root-owned parents); emptying them
         # is enough. The listing proves nothing the agent left behind survives.
@@ -198,7 +226,7 @@ def verifier_env(task: Task) -> dict[str, str]:
     """
     system = SYSTEM_PATH.split(":")
     extra = [d for d in task.environment.env.get("PATH", "").split(":") if d and d not in system]
-    return dict(task.environment.env) | {
+    return dict(task.environment.env) | staged_tools_env(task) | {
         "PATH": ":".join(system + list(dict.fromkeys(extra))),
         "LANG": "C.UTF-8",
         "NO_COLOR": "1",
@@ -211,6 +239,47 @@ def verifier_env(task: Task) -> dict[str, str]:
     }
 
 
+def staged_tools_env(task: Task) -> dict[str, str]:
+    """Variables that point uv, pip and apt at the staged tools offline ({} for a task without them).
+
+    uv: offline, no index, the wheelhouse as its only source, no Python downloads (the image's own Python
+    is used), and no configuration file read (``UV_NO_CONFIG``: a ``uv.toml`` the agent left in the workdir or
+    ``/etc/uv`` cannot add a source); its cache is in the fresh ``HOME`` (``verifier_command``). pip: no
+    index, the wheelhouse, no configuration file (``PIP_CONFIG_FILE=/dev/null`` reads none). apt: no
+    sources, so ``apt-get update`` succeeds offline and ``apt-get install`` finds the staged packages.
+    """
+    if task.environment.verifier_tools is None:
+        return {}
+    tools = VERIFIER_TOOLS_DIR
+    return {
+        "UV_OFFLINE": "1",
+        "UV_NO_INDEX": "1",
+        "UV_FIND_LINKS": f"{tools}/wheels",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_CONFIG": "1",
+        "UV_NO_PROGRESS": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"{tools}/wheels",
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "APT_CONFIG": f"{tools}/apt.conf",
+    }
+
+
+def _staged_home(task: Task) -> str:
+    """Shell that gives the fresh ``HOME`` what uv's installer would have left in it: ``.local/bin/uv``,
+    ``uvx`` (links to the read-only staged binaries) and ``.local/bin/env``; '' without staged tools."""
+    if task.environment.verifier_tools is None:
+        return ""
+    tools = VERIFIER_TOOLS_DIR
+    return (
+        '/bin/mkdir -p "$ff_home/.local/bin" "$ff_home/.cache"; '
+        f'for ff_tool in uv uvx; do [ -x {tools}/bin/$ff_tool ] && /bin/ln -s {tools}/bin/$ff_tool '
+        '"$ff_home/.local/bin/$ff_tool"; done; '
+        f'/bin/cp {tools}/env "$ff_home/.local/bin/env"; '
+    )
+
+
 def verifier_command(task: Task) -> str:
     """The shell line run in the grading fork: a fresh ``HOME``, ``env -i`` with ``verifier_env``, the
     workdir as cwd, and ``task.grader.test_command`` under a bash that reads no start-up file; then every
@@ -219,12 +288,13 @@ def verifier_command(task: Task) -> str:
     exports = " ".join(shlex.quote(f"{k}={v}") for k, v in verifier_env(task).items())
     workdir = shlex.quote(task.environment.workdir)
     test = shlex.quote(task.grader.test_command)
+    cache = 'UV_CACHE_DIR="$ff_home/.cache/uv" ' if task.environment.verifier_tools is not None else ""
     return (
         # /tmp is a fresh tmpfs in every fork: the agent never saw this directory. No `exit`: this runs in
         # the fork's persistent shell.
         "if ff_home=$(/usr/bin/mktemp -d /tmp/fireflash-verifier-home.XXXXXX); then "
-        f"cd {workdir} 2>/dev/null; "
-        f'/usr/bin/env -i HOME="$ff_home" {exports} /bin/bash --noprofile --norc -c {test}; ff_rc=$?; '
+        f"{_staged_home(task)}cd {workdir} 2>/dev/null; "
+        f'/usr/bin/env -i HOME="$ff_home" {cache}{exports} /bin/bash --noprofile --norc -c {test}; ff_rc=$?; '
         f"else ff_rc=97; fi; {KILL_STRAYS}; (exit $ff_rc)"
     )
 

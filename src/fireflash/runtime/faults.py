@@ -43,11 +43,12 @@ class _FlakySandbox:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def fork(self, user: str | None = None) -> Sandbox:
+    async def fork(self, user: str | None = None, offline: bool = False) -> Sandbox:
         if self._backend._rng.random() < self._backend._rate:
             self._backend.injected += 1
             raise InjectedFault("injected sandbox crash at fork")
-        return await (self._inner.fork() if user is None else self._inner.fork(user))
+        kwargs = {k: v for k, v in (("user", user), ("offline", offline)) if v}
+        return await self._inner.fork(**kwargs)
 
 
 class FlakyBackend:

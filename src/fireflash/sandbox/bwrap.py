@@ -11,7 +11,9 @@ What each sandbox gets
       The host's own reads and writes inside a sandbox (``read_file``/``write_file``) run on a thread
       whose file-access identity is ``sandbox_uid``, so planted symlinks gain nothing.
     - Namespaces: own mount, pid, ipc, uts, cgroup and network namespace (a fresh one per sandbox with
-      only loopback: no network), unless the task sets ``allow_internet``.
+      only loopback: no network), unless the task sets ``allow_internet`` and the user opted in with
+      ``sandbox.allow_internet`` (issue 26: a task's wish alone is only recorded); a ``fork(offline=True)``
+      (the verifier's) is offline either way.
     - Limits: memory, pids and CPU quota from the task (cgroup v2 or v1; rlimits when neither is
       available), ``--die-with-parent``. A sandbox whose processes fill its pids limit, so that no new
       shell can start, has them all killed (its pid 1 excepted) and the command's result says so.
@@ -22,6 +24,10 @@ A task with an image (``TaskEnvironment.image``, set by tasks/environments.py pe
     - Files: the same overlay, over the image's files instead of the host's: its exported rootfs
       (rootfs.py), owned on the host from ``image_uid_base`` up, is the read-only lowest layer. No host
       directory is visible (``ro_binds`` excepted); ``/proc``, ``/dev``, ``/tmp`` and the output tmpfs as above.
+      The verifier's staged tools (``TaskEnvironment.verifier_tools``) appear read-only at
+      ``/.fireflash-verifier``: the launcher binds them as root before dropping privileges (the host directory
+      need not be reachable by the image's ids), resolving the mount point with no symlink allowed; the
+      kernel locks the bind read-only for every namespace made after it.
     - Identity: the task's user (``TaskEnvironment.user``, default root; the verifier's for grading forks),
       inside two user namespaces the launcher makes (``linux.userns_pair``): the image's ids 0..65535 map
       onto host ids ``image_uid_base + id``, so root inside is host uid ``image_uid_base``, never host root,
@@ -69,7 +75,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fireflash.protocols import TaskEnvironment, cache_root
+from fireflash.protocols import VERIFIER_TOOLS_DIR, TaskEnvironment, cache_root
 from fireflash.sandbox import linux
 from fireflash.sandbox.bwrap_sandbox import BwrapSandbox
 from fireflash.sandbox.cgroups import CgroupTree, detect_mode, remove_stale
@@ -323,7 +329,7 @@ class BwrapBackend:
             base = self.cfg.image_uid_base
             skeleton = Layer(self.dir / "layers" / f"mounts-{self.new_id()}", refs=1)
             has = await loop.run_in_executor(
-                None, build_image_skeleton, skeleton.path, path, list(self.cfg.ro_binds), base, base
+                None, build_image_skeleton, skeleton.path, path, [*self.cfg.ro_binds, VERIFIER_TOOLS_DIR], base, base
             )
             self._rootfs[image] = (Layer(path, refs=1, owned=False), skeleton if has else None)
             return self._rootfs[image]

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fireflash.protocols import ExecResult, Job, TaskEnvironment
+from fireflash.protocols import VERIFIER_TOOLS_DIR, ExecResult, Job, TaskEnvironment
 from fireflash.sandbox import files as sbfiles
 from fireflash.sandbox import linux
 from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError
@@ -178,7 +178,10 @@ class BwrapSandbox:
             "uid": me.host_uid,
             "gid": me.host_gid,
             "rlimits": self.backend.rlimits(self.env),
-            "host_net": self.env.allow_internet,
+            # a task's allow_internet is obeyed only when the user opted in (sandbox.allow_internet)
+            "host_net": self.env.allow_internet and self.backend.cfg.allow_internet,
+            # the verifier's staged tools: bound read-only by the launcher, as root (sandbox.bwrap docstring)
+            "ro_mounts": [[str(self.env.verifier_tools), VERIFIER_TOOLS_DIR]] if me.image and self.env.verifier_tools else [],
             "box": self.box,
             "lowerdir": self.backend.lowerdir(self.lowers),
             "storage_mb": self.env.storage_mb,
@@ -370,7 +373,7 @@ class BwrapSandbox:
         # the bwrap process outside the sandbox still lives in the private namespace holding the overlay
         return f"/proc/{self._bwrap_pid}/root{self.box}/upper"
 
-    async def fork(self, user: str | None = None) -> BwrapSandbox:
+    async def fork(self, user: str | None = None, offline: bool = False) -> BwrapSandbox:
         """A new sandbox with this one's current files (copy-on-write), fresh processes and shell.
 
         The first fork after a change copies this sandbox's upper dir into a shared read-only layer;
@@ -380,6 +383,8 @@ class BwrapSandbox:
         Args:
             user: the child's user (an image's user, as ``TaskEnvironment.user`` names one: the verifier's);
                 None: this sandbox's. A user other than this sandbox's starts its child on demand.
+            offline: the child gets no network even where this sandbox has it (grading forks); started on
+                demand when this sandbox is online.
 
         Raises:
             SandboxError: ``user`` given for a host-userland sandbox, or not a user of the image.
@@ -398,8 +403,10 @@ class BwrapSandbox:
             self._dirty = False
             await self._drop_ready()  # started over the old files
         loop = asyncio.get_running_loop()
-        if identity != self.identity:
-            return await BwrapSandbox.start(self.backend, self.env, self._child_lowers(), identity, self.depth + 1)
+        online = self.env.allow_internet and self.backend.cfg.allow_internet
+        if identity != self.identity or (offline and online):
+            env = self.env.model_copy(update={"allow_internet": False}) if offline else self.env
+            return await BwrapSandbox.start(self.backend, env, self._child_lowers(), identity, self.depth + 1)
         while self._ready:
             child = self._ready.pop()
             if child.loop is loop:

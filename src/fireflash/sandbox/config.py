@@ -78,6 +78,12 @@ class SandboxConfig(BaseModel):
     cgroup_mode: Literal["auto", "v2", "v1", "none"] = Field(
         "auto", description="Resource limits through cgroup v2, v1, or none (rlimits only); 'auto' detects."
     )
+    allow_internet: bool = Field(
+        False,
+        description="Let the agent phase of a task that declares allow_internet = true reach the host's network "
+        "(issue 26, network by phase). Off: every sandbox is offline and a task's allow_internet is only recorded. "
+        "Grading forks are offline either way (the verifier's tools are staged at build time).",
+    )
     image_builder: Literal["auto", "podman", "buildah", "docker"] = Field(
         "auto",
         description="Tool that builds and stores task images: 'auto' takes podman, else buildah, else docker "

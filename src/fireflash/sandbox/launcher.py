@@ -11,8 +11,9 @@ start fast and must not import the ``fireflash`` package. It reads requests from
 SOCK_SEQPACKET socket): a JSON message plus file descriptors (SCM_RIGHTS); it answers ``{"pid": N}``
 or ``{"error": "..."}``. Requests:
 
-    box   fds [stdin, ctl, info, err]: mount the tmpfs + overlay in a new private mount namespace, drop to
-          the sandbox uid, exec bwrap (argv given). With ``userns`` (an image-backed sandbox) it first
+    box   fds [stdin, ctl, info, err]: mount the tmpfs + overlay in a new private mount namespace, bind each
+          ``ro_mounts`` pair (host directory, path inside) read-only into it, drop to the sandbox uid, exec
+          bwrap (argv given). With ``userns`` (an image-backed sandbox) it first
           makes the sandbox's two user namespaces, whose many-id maps only root may write
           (``linux.userns_pair``), and hands them to bwrap as fds 6 and 7 (``--userns 6 --userns2 7``).
     join  fds [stdin, ctl, err, net, user-owner, mnt, pid, ipc, uts, cgroup, (inner user)]: join a running
@@ -91,6 +92,9 @@ def _box(req: dict, fds: list[int], host_net: int) -> None:
     os.chown(f"{box}/upper", *req["upper_owner"])
     options = f"lowerdir={req['lowerdir']},upperdir={box}/upper,workdir={box}/work,redirect_dir=off,index=off,metacopy=off"
     linux.mount("overlay", f"{box}/merged", "overlay", linux.MS_NOSUID | linux.MS_NODEV, options)
+    # mounted as root: the sandbox user need not reach the host directory, and cannot make it writable
+    for source, inside in req.get("ro_mounts") or []:
+        linux.bind_read_only(source, f"{box}/merged", inside)
     _drop(req)
     os.execve(req["argv"][0], req["argv"], req["env"])
 

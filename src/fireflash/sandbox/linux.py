@@ -23,8 +23,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 0x2
@@ -67,6 +70,28 @@ def mount(
 
 def _enc(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
+
+
+def bind_read_only(source: str, root: str, inside: str) -> None:
+    """Bind host directory ``source`` read-only at ``inside`` of the tree at ``root`` (as root, before a sandbox
+    starts). ``inside`` is resolved in ``root`` with no symlink allowed, so a link planted in a sandbox's files
+    cannot aim the mount at a host path; a user namespace created later cannot make it writable (the kernel
+    locks the flags of mounts it inherits).
+
+    Raises:
+        OSError: ``inside`` is missing, not a directory, or has a symlink on its path (ELOOP).
+    """
+    root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for flags in (MS_BIND | MS_REC, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV):
+            # opened again for the remount: the first fd still names the directory under the new mount
+            fd = open_in_root(root_fd, inside, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, no_symlinks=True)
+            try:
+                mount(source if flags & MS_REC else None, f"/proc/self/fd/{fd}", None, flags)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
 
 
 def make_mounts_private() -> None:

@@ -203,8 +203,9 @@ class LocalSandbox:
         cwd = self._session.state.cwd
         return cwd[len(str(self.box)) :] or "/" if cwd.startswith(str(self.box)) else self.env.workdir
 
-    async def fork(self, user: str | None = None) -> LocalSandbox:
+    async def fork(self, user: str | None = None, offline: bool = False) -> LocalSandbox:
         """A full copy of this sandbox's directory (slow: no copy-on-write without the bwrap backend).
+        ``offline`` changes nothing: unsafe-local isolates nothing, the network included.
 
         Raises:
             SandboxError: ``user`` given (unsafe-local has one user, the caller).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shlex
 import time
 import uuid
@@ -18,7 +19,7 @@ from typing import Any
 
 from fireflash.grading.graders import GRADERS, score_swe, score_tests, task_checks
 from fireflash.grading.reports import ReportError, match_declared, parse_junit
-from fireflash.grading.verifier import run_verifier
+from fireflash.grading.verifier import grading_fork, run_verifier
 from fireflash.protocols import Sandbox, Task
 from fireflash.tasks.context import GateContext, closing, fmt
 from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
@@ -28,9 +29,15 @@ from fireflash.tasks.requirements import unstated_requirements
 
 PLACEHOLDER = b"TODO\n"
 CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout"}
+# bash and coreutils only: an image need not have python3 in the agent's phase
 NETWORK_PROBE = (
-    "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); s.connect(('1.1.1.1', 53))\" "
-    ">/dev/null 2>&1 && echo ONLINE || echo OFFLINE"
+    "if timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/53' 2>/dev/null; then echo -n ONLINE; else echo -n OFFLINE; fi; "
+    "echo \" interfaces: $(cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | tr '\\n' ' ')\""
+)
+# what a verifier's download step prints when it finds no network (curl, apt, pip, uv, wget)
+OFFLINE_FAILURES = re.compile(
+    r"(Could not resolve host: \S+|Temporary failure resolving '[^']+'|Network is unreachable|"
+    r"Failed to fetch \S+|unable to resolve host address '[^']+')"
 )
 
 
@@ -54,13 +61,57 @@ async def _gate_stated(s: GateContext) -> tuple[bool, str]:
 
 
 async def _gate_offline(s: GateContext) -> tuple[bool, str]:
-    if s.task.environment.allow_internet:
-        return False, "task declares allow_internet = true; training runs offline"
-    async with closing(await (await s.prepare()).fork()) as probe:
-        result = await probe.exec(NETWORK_PROBE, timeout_sec=20)
-    if "OFFLINE" not in result.preview:
-        return False, f"the sandbox reached the network: {result.preview.strip()[:200]}"
-    return True, "network unreachable in the sandbox; the reference was replayed offline (gate 1)"
+    """Network by phase (issue 26): the agent phase (the sandbox the reference is replayed in, gate 1) and the
+    verifier phase (the grading fork) have no network, and both worked offline: the reference solved the task
+    and the verifier produced its report. A task's ``allow_internet = true`` is recorded, not a failure; what
+    its test.sh installs at test time is staged at build time, and what could not be is named here."""
+    task, seen, problems = s.task, [], []
+    if task.environment.allow_internet:
+        seen.append("task declares allow_internet = true: recorded; agents run offline unless sandbox.allow_internet, "
+                    "verifiers always")
+    score = s.reference_score
+    if score is None and task.solution_path is not None and task.solution_path.is_file():
+        score = await s.run_reference()
+    parent = await s.prepare()
+    async with closing(await parent.fork()) as probe:
+        agent = (await probe.exec(NETWORK_PROBE, timeout_sec=20)).preview.strip()
+    async with closing(await grading_fork(task, s.solved or parent)) as probe:
+        verifier = (await probe.exec(NETWORK_PROBE, timeout_sec=20)).preview.strip()
+    for phase, probed in (("agent", agent), ("verifier", verifier)):
+        if not probed.startswith("OFFLINE"):
+            problems.append(f"{phase} phase reached the network: {probed[:200]}")
+    if score is None:
+        seen.append("agent phase: offline; no reference solution to replay")
+    elif score.reason in CRASH_REASONS:
+        problems.append(f"verifier phase did not run offline: {fmt(score)}; its output: {score.log[-600:]!r}")
+    elif not score.solved:
+        problems.append(f"agent phase: the reference replayed offline did not solve the task ({fmt(score)})")
+    else:
+        seen.append(f"agent phase: offline ({agent}), the reference solved the task; verifier phase: offline "
+                    f"({verifier}), {fmt(score)}")
+    failed_steps = sorted(set(OFFLINE_FAILURES.findall(score.log if score else "")))
+    if failed_steps:
+        seen.append("the verifier's own network steps failed offline, as expected: " + "; ".join(failed_steps[:4]))
+    staging = (task.metadata.get("image") or {}).get("verifier")
+    if staging:
+        seen.append(f"staged at build time for test.sh: {_staged(staging)}")
+        if staging.get("missing"):
+            # a need the solved reference did without is a note; otherwise it may be why the phase failed
+            unmet = "not staged (the verifier lacks them offline): " + "; ".join(staging["missing"])
+            (seen if score is not None and score.solved else problems).append(unmet)
+    detail = "; ".join(problems + seen)
+    return not problems, detail or "network unreachable in both phases"
+
+
+def _staged(staging: dict) -> str:
+    needs, parts = staging.get("needs") or {}, []
+    if needs.get("apt"):
+        parts.append("apt " + " ".join(needs["apt"]))
+    if staging.get("uv_version"):
+        parts.append(f"uv {staging['uv_version']}")
+    if staging.get("wheels"):
+        parts.append(f"{len(staging['wheels'])} wheels for Python {staging.get('python')}")
+    return ", ".join(parts) or "nothing"
 
 
 async def _gate_starts(s: GateContext) -> tuple[bool, str]:

@@ -6,8 +6,9 @@
   as before images existed; a task that needs more is a load error.
 - ``auto`` (default): a task runs in its image only when the host's userland cannot run it: a Dockerfile
   step that cannot be materialised (apt packages the host lacks, pinned pip installs, multi-stage builds,
-  COPY outside the workdir, RUN writing /usr...), an ``[agent]``/``[verifier]`` ``user``, or a
-  ``docker_image`` with no Dockerfile. Every other task, the bundled ones included, runs as before, and
+  COPY outside the workdir, RUN writing /usr...), an ``[agent]``/``[verifier]`` ``user``, a
+  ``docker_image`` with no Dockerfile, or a ``tests/test.sh`` that installs tools at test time (curl, uv,
+  pytest: only an image-backed task gets them staged for the offline verifier, tasks/verifier_staging.py). Every other task, the bundled ones included, runs as before, and
   nothing here needs a container tool unless such a task is loaded.
 - ``always``: every task with a Dockerfile or ``docker_image`` runs in its image (each built once).
 
@@ -16,13 +17,16 @@ image's own run configuration: ``ENV`` as its environment, ``WORKDIR`` as its wo
 ``[environment] workdir`` wins), and its users: ``[agent] user`` / ``[verifier] user``, else the image's
 ``USER``, else root, which the sandbox maps to an unprivileged host uid (sandbox/bwrap.py). Its files come
 from the image, so the materialised ``files_dir`` and ``setup_commands`` are dropped, except the git-history
-strip (tasks/git_strip.py), which runs in the image-backed parent as on the host. The ``ImageRecord``
-(substitutions, build log) goes into ``metadata['image']`` for reports.
+strip (tasks/git_strip.py), which runs in the image-backed parent as on the host. What its test.sh
+installs at test time is staged (``ImageRecord.verifier``): the staged image is its image and the staged
+tools directory its ``verifier_tools``. The ``ImageRecord`` (substitutions, staging, build log) goes into
+``metadata['image']`` for reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
@@ -31,6 +35,7 @@ from fireflash.tasks.git_strip import STRIP_GIT
 from fireflash.tasks.images import ImageBuildError, _environment_table, task_image
 from fireflash.tasks.loader import TaskLoadError
 from fireflash.tasks.paths import TaskPaths
+from fireflash.tasks.verifier_needs import verifier_needs
 
 
 def host_blocker(task: Task) -> str | None:
@@ -43,6 +48,11 @@ def host_blocker(task: Task) -> str | None:
             return f"it sets {field} = {value!r}, which only a sandbox forked from its image honours"
     if task.path is not None and not _dockerfile(task) and _environment_table(TaskPaths(task.path)).get("docker_image"):
         return "it names a docker_image and has no Dockerfile to run on the host's userland"
+    if task.path is not None and _dockerfile(task):
+        needs = verifier_needs(TaskPaths(task.path).test_script)
+        if needs.needs_staging:
+            return ("its tests/test.sh installs tools at test time (" + ", ".join(needs.covered[:2] or needs.unstaged[:1])
+                    + "), which only its image can stage for the offline verifier")
     return None
 
 
@@ -107,6 +117,7 @@ def place(
             "workdir": workdir if isinstance(workdir, str) and workdir else info.workdir or "/",
             "user": task.environment.user or info.user or None,
             "verifier_user": task.environment.verifier_user or info.user or "root",
+            "verifier_tools": Path(record.verifier.tools_dir) if record.verifier else None,
         }
     )
     metadata = {**task.metadata, "image": record.model_dump(mode="json"), "runs_in_image": why}

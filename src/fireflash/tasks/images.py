@@ -39,6 +39,7 @@ from fireflash.tasks.bases import BaseBuildError, ensure_base
 from fireflash.tasks.image_build import images_cache, run_build
 from fireflash.tasks.image_refs import ImageUse, external_images, normalize, qualify
 from fireflash.tasks.paths import TaskPaths
+from fireflash.tasks.verifier_staging import VerifierStaging, stage_verifier
 
 ENV_REPO = "localhost/fireflash/env"
 SUBSTITUTIONS_LABEL = "fireflash.substitutions"
@@ -71,6 +72,9 @@ class ImageRecord(BaseModel):
     log_path: str | None = Field(None, description="The build's full log.")
     substitutions: list[BaseSubstitution] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list, description="Anything else the user should know.")
+    verifier: VerifierStaging | None = Field(
+        None, description="What tests/test.sh installs at test time, staged at build time (tasks/verifier_staging.py); "
+        "when set, ``image`` is the staged image.")
 
 
 class ImageBuildError(RuntimeError):
@@ -80,6 +84,43 @@ class ImageBuildError(RuntimeError):
         self.task_id, self.problem, self.fix, self.log_tail, self.log_path = task_id, problem, fix, log_tail, log_path
         shown = f"\nlast lines of {log_path}:\n{log_tail}" if log_tail else ""
         super().__init__(f"task {task_id}: {problem}{shown}\nfix: {fix}")
+
+
+def task_image(
+    task_dir: Path,
+    cfg: SandboxConfig,
+    tool: ContainerTool | None = None,
+    say: Callable[[str], None] = print,
+    on_line: Callable[[str], None] | None = None,
+    rebuild: bool = False,
+) -> ImageRecord:
+    """The environment image of the task at ``task_dir``, pulled or built now if it is not yet local, with
+    what its ``tests/test.sh`` installs at test time staged on it (tasks/verifier_staging.py).
+
+    Args:
+        cfg: the ``[sandbox]`` section (image_builder, base_images, image_pull_timeout_sec, image_build_timeout_sec).
+        tool: the container tool; found from ``cfg.image_builder`` when None.
+        say: receives one line per event the user must see (a pull, a substitution, a base being built, what
+            was staged for the verifier and what could not be).
+        on_line: receives every line of build output (progress).
+        rebuild: build even when the content-addressed tag exists.
+
+    Raises:
+        ImageBuildError: no Dockerfile and no usable docker_image, an image that cannot be had, or a failed
+            build (message: the task, the log's tail and path, the fix).
+        ContainerToolMissing: no container tool (or not the configured one).
+    """
+    tool = tool or find_tool(cfg.image_builder)
+    record = _task_image(task_dir, cfg, tool, say, on_line, rebuild)
+    paths = TaskPaths(task_dir.resolve())
+    staged = stage_verifier(record.task_id, record.image, record.image_id, paths.tests_dir, tool, say, on_line,
+                            cfg.image_build_timeout_sec, rebuild)
+    if staged is None:
+        return record
+    update = {"verifier": staged, "build_sec": record.build_sec + (0.0 if staged.cached else staged.build_sec)}
+    if staged.image != record.image:
+        update |= {"image": staged.image, "image_id": tool.inspect(staged.image).id}
+    return record.model_copy(update=update)
 
 
 def _environment_table(paths: TaskPaths) -> dict:
@@ -173,31 +214,17 @@ def _recorded(label: str | None) -> list[BaseSubstitution]:
         return []
 
 
-def task_image(
+def _task_image(
     task_dir: Path,
     cfg: SandboxConfig,
-    tool: ContainerTool | None = None,
-    say: Callable[[str], None] = print,
-    on_line: Callable[[str], None] | None = None,
-    rebuild: bool = False,
+    tool: ContainerTool,
+    say: Callable[[str], None],
+    on_line: Callable[[str], None] | None,
+    rebuild: bool,
 ) -> ImageRecord:
-    """The environment image of the task at ``task_dir``, pulled or built now if it is not yet local.
-
-    Args:
-        cfg: the ``[sandbox]`` section (image_builder, base_images, image_pull_timeout_sec, image_build_timeout_sec).
-        tool: the container tool; found from ``cfg.image_builder`` when None.
-        say: receives one line per event the user must see (a pull, a substitution, a base being built).
-        on_line: receives every line of build output (progress).
-        rebuild: build even when the content-addressed tag exists.
-
-    Raises:
-        ImageBuildError: no Dockerfile and no usable docker_image, an image that cannot be had, or a failed
-            build (message: the task, the log's tail and path, the fix).
-        ContainerToolMissing: no container tool (or not the configured one).
-    """
+    """``task_image`` before the verifier's staging."""
     paths = TaskPaths(task_dir.resolve())
     task_id = paths.root.name
-    tool = tool or find_tool(cfg.image_builder)
     env = _environment_table(paths)
     start = time.monotonic()
     notes: list[str] = []
