@@ -7,7 +7,8 @@ Supported (DESIGN.md: the embedded sandbox has no container engine):
   the sandbox copies to the workdir, so all copies happen before any RUN step); RUN shell steps that
   work offline, run once in the parent in order; ``apt-get install`` of packages already installed on
   the host (skipped); ``pip install`` into a task venv at ``<WORKDIR>/.venv`` (put first on PATH) that
-  sees the system's packages and never reaches an index, so it succeeds only for what is installed. CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK, STOPSIGNAL and
+  sees the system's packages and never reaches an index, so it succeeds only for what is installed
+  (a bare name or ``==`` pin the host's python3 lacks is refused at load time). CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK, STOPSIGNAL and
   MAINTAINER do not change files and are ignored.
 
 Anything else raises ``NeedsContainerBackend`` naming the file, line and instruction.
