@@ -64,7 +64,7 @@ def test_broken_fixture_rejected_by_its_gate_only(reports, gate, path):
     also = ALSO_FAILS.get(gate, [])
     assert reports[path].failed_gates == sorted([gate, *also]), reports[path].model_dump_json(indent=1)
     if gate == 3:
-        assert "agent phase: the reference replayed offline did not solve" in reports[path].gates[2].detail
+        assert "agent phase: the reference needs the network" in reports[path].gates[2].detail
 
 
 @pytest.mark.sandbox

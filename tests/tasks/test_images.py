@@ -35,6 +35,8 @@ class ScriptedTool:
         self.labels: dict[str, dict] = {}
         self.pulls: list[str] = []
         self.builds: list[str] = []  # the Dockerfile text of each build
+        self.runs: list[tuple] = []
+        self.probe = "fireflash-staging: python=3.13 missing=\n"
 
     def exists(self, ref):
         return ref in self.local
@@ -48,6 +50,10 @@ class ScriptedTool:
 
     def inspect(self, ref):
         return ImageInfo("ab" * 32, self.labels.get(ref, {}), *self.config)
+
+    def run(self, *args, timeout_sec=120.0):  # a container run: the staging probe (tasks/verifier_staging.py)
+        self.runs.append(args)
+        return self.probe
 
     def build_args(self, dockerfile, context, tag, build_args, volumes, labels):
         self.builds.append(dockerfile.read_text())
@@ -138,6 +144,26 @@ def test_a_failed_build_names_the_task_the_log_tail_and_the_fix(tmp_path):
     assert message.startswith("task t: building") and "exited 100" in message
     assert "E: Unable to locate package libfoo" in caught.value.log_tail and caught.value.log_path.is_file()
     assert "ubuntu:24.04 → localhost/fireflash/debian:trixie" in caught.value.fix
+
+
+def test_an_apt_only_test_sh_is_staged_as_a_layer_on_the_task_image_and_cached(tmp_path):
+    """No network here: only apt packages (no uv, no wheels) are asked for; the probe's answer is scripted."""
+    task = _task(tmp_path / "t", "FROM busybox:1\n")
+    (task / "tests").mkdir()
+    (task / "tests" / "test.sh").write_text("apt-get update\napt-get install -y jq libfoo\ngit clone https://x/y\n")
+    tool, said = ScriptedTool(local={"busybox:1"}, config=((), "/app", "agent")), []
+    tool.probe = "fireflash-staging: python= missing= libfoo\n"
+    first = task_image(task, SandboxConfig(), tool, said.append)
+    staged = first.verifier
+    assert first.image == staged.image != staged.base_image and first.image.startswith("localhost/fireflash/env:v-")
+    layer = tool.builds[-1].splitlines()
+    assert layer[0] == f"FROM {staged.base_image}" and layer[-1] == "USER agent" and "USER root" in layer
+    assert staged.missing == ["line 3: `git clone https://x/y`: git clone/fetch needs the network at test time",
+                              "apt package libfoo: not in the image's apt archive (or the image has no apt-get)"]
+    assert any("NOT staged:" in line and "libfoo" in line for line in said)
+    assert Path(staged.tools_dir, "apt.conf").read_text().startswith('Dir::Etc::sourcelist "/dev/null";')
+    again = task_image(task, SandboxConfig(), tool, said.append)
+    assert again.verifier.cached and again.image == first.image and len(tool.builds) == 2  # task + layer, once
 
 
 def test_content_digest_follows_files_modes_and_the_base_map(tmp_path):
@@ -379,3 +405,119 @@ def test_a_task_the_host_cannot_run_is_solved_and_graded_in_its_image(built, tmp
     assert asyncio.run(attempt(solve=False)).strip() == b"0"
     assert not os.path.exists(cfg.root_dir) or not os.listdir(cfg.root_dir)
     shutil.rmtree(cfg.root_dir, ignore_errors=True)
+
+
+# --- a Terminal-Bench-2-shaped task whose official test.sh installs curl, uv and pytest (issue 26) ----------
+
+TB2 = Path(__file__).parent / "fixtures" / "images" / "tb2-uvx-pytest"
+TB2_CHECKS = ("test_report_exists", "test_header", "test_counts", "test_order")
+
+
+def _forging_wheel(path: Path) -> None:
+    """A 'pluggy 1.99' (pytest needs pluggy>=1.5,<2: the highest version wins) that, when pytest imports it,
+    writes a JUnit report passing every check of the TB2 fixture and exits 0: the agent's forgery."""
+    import zipfile
+
+    cases = "".join(f'<testcase classname="test_outputs" name="{name}"/>' for name in TB2_CHECKS)
+    code = f"import os\nopen('/logs/verifier/junit.xml', 'w').write('<testsuite>{cases}</testsuite>')\nos._exit(0)\n"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("pluggy/__init__.py", code)
+        wheel.writestr("pluggy-1.99.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pluggy\nVersion: 1.99.0\n")
+        wheel.writestr("pluggy-1.99.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\n"
+                                                         "Tag: py3-none-any\n")
+        wheel.writestr("pluggy-1.99.0.dist-info/RECORD", "pluggy/__init__.py,,\npluggy-1.99.0.dist-info/RECORD,,\n")
+
+
+@pytest.fixture(scope="module")
+def tb2(podman, tmp_path_factory):
+    """The TB2 fixture loaded as training loads it: image built (its trixie base shared with the tests above),
+    test.sh's tools staged; (task, sandbox config, printed lines, seconds to load)."""
+    import time
+
+    from fireflash.tasks.loader import load_task
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("the bwrap backend needs bubblewrap")
+    said: list[str] = []
+    cfg = SandboxConfig(root_dir=f"/dev/shm/fireflash-test-{os.getpid()}-tb2",
+                        image_rootfs_dir=str(tmp_path_factory.mktemp("rootfs")))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FIREFLASH_CACHE", str(tmp_path_factory.mktemp("tb2-cache")))
+        start = time.monotonic()
+        task = load_task(TB2, cfg, said.append)
+        yield task, cfg, said, time.monotonic() - start
+    shutil.rmtree(cfg.root_dir, ignore_errors=True)
+
+
+@pytest.mark.images
+@pytest.mark.sandbox
+@pytest.mark.timeout(1800)
+def test_a_tb2_task_with_its_official_test_sh_passes_every_gate_offline(tb2):
+    import asyncio
+
+    from fireflash.protocols import VERIFIER_TOOLS_DIR
+    from fireflash.sandbox import make_backend
+    from fireflash.tasks.config import GatesConfig
+    from fireflash.tasks.gates import validate_task
+
+    task, cfg, said, _ = tb2
+    staging = task.metadata["image"]["verifier"]
+    assert task.environment.allow_internet and task.environment.verifier_tools is not None
+    assert task.environment.image == staging["image"] != staging["base_image"]  # the apt layer on the task image
+    assert (staging["needs"]["apt"], staging["uv_version"], staging["python"], staging["missing"]) == (
+        ["curl"], "0.9.5", "3.13", [])
+    assert {w.split("-")[0] for w in staging["wheels"]} >= {"pytest", "pytest_json_ctrf", "pluggy", "iniconfig"}
+    assert any("verifier staged" in line and "uv 0.9.5" in line for line in said)
+    tools = task.environment.verifier_tools
+    assert (tools / "bin" / "uv").stat().st_mode & 0o777 == 0o755 and (tools / "env").is_file()
+
+    async def gates():
+        backend = make_backend(cfg)
+        try:
+            return await validate_task(task, backend, GatesConfig(cold_starts=1, fuzz_cases=2, determinism_repeats=2))
+        finally:
+            await backend.close()
+
+    report = asyncio.run(gates())
+    assert report.passed and report.failed_gates == [], report.model_dump_json(indent=1)
+    offline = report.gates[2].detail
+    assert "allow_internet = true: recorded" in offline and "verifier phase: offline" in offline
+    assert "Could not resolve host: astral.sh" in offline and "uv 0.9.5" in offline
+    assert report.gates[0].detail.startswith("reward=1.000 checks=4/4")
+    assert "do-nothing reward=0.000" in report.gates[5].detail
+    assert VERIFIER_TOOLS_DIR == "/.fireflash-verifier"
+
+
+@pytest.mark.images
+@pytest.mark.sandbox
+@pytest.mark.timeout(900)
+def test_an_agents_uv_config_cannot_add_a_forging_wheel_to_the_verifier(tb2, tmp_path, monkeypatch):
+    """Root in the agent's sandbox writes /etc/uv/uv.toml and /app/uv.toml pointing uv at its own wheels, with a
+    'pluggy' that forges a passing report: the verifier (UV_NO_CONFIG) never reads them, so doing nothing scores 0.
+    Without UV_NO_CONFIG the same attack forges a full score (checked too, so the attack stays real)."""
+    import asyncio
+
+    from fireflash.grading import verifier
+    from fireflash.grading.graders import make_grader
+    from fireflash.sandbox import make_backend
+
+    task, cfg, _, _ = tb2
+    _forging_wheel(tmp_path / "pluggy-1.99.0-py3-none-any.whl")
+    wheel = (tmp_path / "pluggy-1.99.0-py3-none-any.whl").read_bytes()
+    config = b'find-links = ["/app/wheels"]\n'
+
+    async def attack() -> float:
+        backend = make_backend(cfg)
+        try:
+            attempt = await (await backend.prepare(task.environment, "forge")).fork()
+            await attempt.write_file("/app/wheels/pluggy-1.99.0-py3-none-any.whl", wheel)
+            for path in ("/app/uv.toml", "/etc/uv/uv.toml"):
+                await attempt.write_file(path, config)
+            return (await make_grader(task.grader).grade(task, attempt)).reward
+        finally:
+            await backend.close()
+
+    assert asyncio.run(attack()) == 0.0
+    honest = verifier.staged_tools_env
+    monkeypatch.setattr(verifier, "staged_tools_env", lambda t: {k: v for k, v in honest(t).items() if k != "UV_NO_CONFIG"})
+    assert asyncio.run(attack()) == 1.0

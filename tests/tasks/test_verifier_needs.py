@@ -34,15 +34,15 @@ def test_the_official_shape(tmp_path):
 
 @pytest.mark.parametrize("text, apt, pythons, requirements", [
     # quiet variants, output thrown away, pipefail, continuation lines, env prefixes
-    ("set -uo pipefail\nDEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl > /dev/null 2>&1\n"
-     "uvx -p 3.11 \\\n  -w pytest==8.4.1 -w httpx==0.27.2 pytest /tests/x.py >/dev/null",
+    (("set -uo pipefail\nDEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl > /dev/null 2>&1\n"
+     "uvx -p 3.11 \\\n  -w pytest==8.4.1 -w httpx==0.27.2 pytest /tests/x.py >/dev/null"),
      ["curl"], ["3.11"], [["pytest==8.4.1", "httpx==0.27.2", "pytest"]]),
     # uv venv + uv pip install + uv run
     ("uv venv .venv --python 3.13 && source .venv/bin/activate\nuv pip install pytest==8.4.1 requests\nuv run pytest",
      [], ["3.13"], [["pytest==8.4.1", "requests"]]),
     # plain pip, python -m pip, --with=, -p3.12, uvx pkg@version, sudo
-    ("sudo -E pip install --no-cache-dir pytest==8.3.3\npython3 -m pip install -q numpy==2.1.0\n"
-     "uvx --with=pytest-timeout==2.3.1 -p3.12 pytest@8.4.1 -q",
+    (("sudo -E pip install --no-cache-dir pytest==8.3.3\npython3 -m pip install -q numpy==2.1.0\n"
+     "uvx --with=pytest-timeout==2.3.1 -p3.12 pytest@8.4.1 -q"),
      [], ["3.12"], [["pytest==8.3.3"], ["numpy==2.1.0"], ["pytest-timeout==2.3.1", "pytest==8.4.1"]]),
 ])
 def test_variants(tmp_path, text, apt, pythons, requirements):
@@ -65,8 +65,8 @@ def test_what_cannot_be_staged_is_named_with_its_line(tmp_path):
         "line 3: `git clone https://github.com/x/y`: git clone/fetch needs the network at test time",
         "line 4: `npm install -g foo`: npm needs the network at test time",
         "line 5: `pip install -e /app`: an editable install needs a local project",
-        "line 6: `pip install https://example.com/x.whl`: requirement 'https://example.com/x.whl' is a URL, path or "
-        "variable, not a name==version",
+        ("line 6: `pip install https://example.com/x.whl`: requirement 'https://example.com/x.whl' is a URL, path or "
+        "variable, not a name==version"),
         "line 7: `uv sync`: `uv sync` resolves or fetches a project: not staged",
         "line 8: `uvx -p pypy3.10 pytest`: Python 'pypy3.10' is not a version FireFlash can stage (e.g. 3.13)",
     ]

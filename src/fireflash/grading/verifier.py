@@ -13,12 +13,13 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   the tests (runner included) are written from the task's own directory on the host after the attempt
   ended, and the listing check proves nothing the agent planted (report, symlink, test) survives.
 - **A clean start-up environment.** The test command runs under ``env -i`` with ``PATH`` the system
-  directories first (``SYSTEM_PATH``, then any the task's own ``PATH`` adds), ``HOME`` a new empty
-  directory in the fork's fresh ``/tmp``, no ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD``
+  directories first (``SYSTEM_PATH``, then any the task's own ``PATH`` adds), ``HOME`` a new
+  directory in the fork's fresh ``/tmp`` (empty, or holding only the staged tools' entries, below), no ``PYTHONPATH``/``PYTHONSTARTUP``/``BASH_ENV``/``LD_PRELOAD``
   or anything else from the agent's shell, ``PYTHONNOUSERSITE=1`` and bash without start-up files: the
   agent's ``~/.bashrc``, ``~/.profile``, ``~/.local/.../usercustomize.py``, user-site ``.pth`` files and
   exported variables are never read. Only the task's declared environment (``TaskEnvironment.env``) and
-  the verifier's own variables are set.
+  the verifier's own variables are set. The verifier's own commands in the fork (reset, listing, kill)
+  run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
 - **Staged tools the agent cannot alter.** What a task's ``test.sh`` installs at test time (curl, uv,
   pytest and its plugins: tasks/verifier_staging.py) was staged at build time. uv and the wheelhouse sit in
   a host directory the sandbox backend binds read-only at ``VERIFIER_TOOLS_DIR`` (mounted by root before
@@ -29,8 +30,8 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   no Python downloads (the image's own ``python3.X``), its cache in the fresh ``HOME``, and no configuration
   file (``UV_NO_CONFIG``: a ``uv.toml`` the agent left in the workdir or ``/etc/uv`` is not read); pip reads
   no configuration file and no index; apt finds no sources (its ``update`` succeeds, its ``install`` finds
-  the staged packages). ``staged_tools_env`` lists every variable. The verifier's own commands in the fork (reset, listing, kill)
-  run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
+  the staged packages). ``staged_tools_env`` lists every variable; a forging wheel the agent offers uv
+  through its own ``uv.toml`` is kept as a test (tests/tasks/test_images.py).
 - **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
   working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
   ``csv``), takes the checks a file declares from its source (AST), fails any declared check it could not
@@ -67,9 +68,11 @@ What is *not* guaranteed:
   ``PYTHONPATH``); bundled tasks do not.
 - The staged apt packages (``curl``, ``python3.13``) are part of the image, so the agent sees them too, and
   in an image sandbox run as root it can replace them like any system file (the case above). The
-  staged uv, uvx and wheels are the only staged tools it cannot touch. pytest still reads ``pytest.ini`` /
-  ``conftest.py`` files it finds above ``/tests`` (``/pytest.ini`` in an image sandbox root can write ``/``):
-  pytest's own semantics, which a TB2 ``test.sh`` relies on.
+  staged uv, uvx and wheels are the only staged tools it cannot touch. pytest run by a task's ``test.sh``
+  still looks for ``pytest.ini`` / ``conftest.py`` above ``/tests`` (pytest's own semantics), and root in an
+  image sandbox can write ``/pytest.ini``. In the ``uv run`` shape uv discovers a ``pyproject.toml`` the agent
+  left in the workdir or above it and installs that project's dependencies (uv 0.9 has no variable to turn
+  project discovery off); ``uvx`` (``uv tool run``), the usual TB2 shape, reads no project.
 
 The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """

@@ -34,11 +34,15 @@ NETWORK_PROBE = (
     "if timeout 3 bash -c 'exec 3<>/dev/tcp/1.1.1.1/53' 2>/dev/null; then echo -n ONLINE; else echo -n OFFLINE; fi; "
     "echo \" interfaces: $(cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | tr '\\n' ' ')\""
 )
-# what a verifier's download step prints when it finds no network (curl, apt, pip, uv, wget)
-OFFLINE_FAILURES = re.compile(
-    r"(Could not resolve host: \S+|Temporary failure resolving '[^']+'|Network is unreachable|"
-    r"Failed to fetch \S+|unable to resolve host address '[^']+')"
+# what a download prints when it finds no network: curl, wget, apt, pip/urllib/requests, git, uv
+NETWORK_FAILURES = re.compile(
+    r"(Could not resolve host: \S+|Temporary failure resolving '[^']+'|Temporary failure in name resolution|"
+    r"Name or service not known|Network is unreachable|Failed to establish a new connection|"
+    r"unable to resolve host address '[^']+'|Failed to fetch \S+|network (?:was|is) disabled|"
+    r"Python downloads are set to 'never')"
 )
+# the uv installer's download, which staging replaces: its failure is expected, not a missing need
+EXPECTED_OFFLINE = re.compile(r"Could not resolve host: astral\.sh")
 
 
 async def _gate_reference(s: GateContext) -> tuple[bool, str]:
@@ -80,25 +84,34 @@ async def _gate_offline(s: GateContext) -> tuple[bool, str]:
     for phase, probed in (("agent", agent), ("verifier", verifier)):
         if not probed.startswith("OFFLINE"):
             problems.append(f"{phase} phase reached the network: {probed[:200]}")
+    staging = (task.metadata.get("image") or {}).get("verifier") or {}
+    verifier_failures = sorted(set(NETWORK_FAILURES.findall(score.log if score else "")))
+    unexpected = [f for f in verifier_failures if not EXPECTED_OFFLINE.fullmatch(f)]
+    agent_failures = sorted(set(NETWORK_FAILURES.findall(s.reference_log)))
+    unmet = "; ".join(staging.get("missing") or [])
     if score is None:
-        seen.append("agent phase: offline; no reference solution to replay")
-    elif score.reason in CRASH_REASONS:
-        problems.append(f"verifier phase did not run offline: {fmt(score)}; its output: {score.log[-600:]!r}")
-    elif not score.solved:
-        problems.append(f"agent phase: the reference replayed offline did not solve the task ({fmt(score)})")
-    else:
+        seen.append(f"agent phase: offline ({agent}), no reference solution to replay; verifier phase: offline")
+    elif score.solved:
         seen.append(f"agent phase: offline ({agent}), the reference solved the task; verifier phase: offline "
                     f"({verifier}), {fmt(score)}")
-    failed_steps = sorted(set(OFFLINE_FAILURES.findall(score.log if score else "")))
-    if failed_steps:
-        seen.append("the verifier's own network steps failed offline, as expected: " + "; ".join(failed_steps[:4]))
-    staging = (task.metadata.get("image") or {}).get("verifier")
+    else:
+        # a failed reference is gate 1's verdict; it is gate 3's only when a download failed in a phase
+        if agent_failures:
+            problems.append(f"agent phase: the reference needs the network; replayed offline it did not solve the "
+                            f"task ({fmt(score)}): " + "; ".join(agent_failures[:4]))
+        if unexpected or unmet:
+            problems.append(f"verifier phase needs the network ({fmt(score)}): "
+                            + "; ".join(unexpected[:4] + ([f"not staged: {unmet}"] if unmet else []))
+                            + f"; its output: {score.log[-600:]!r}")
+        if not agent_failures and not (unexpected or unmet):
+            seen.append(f"agent phase: offline ({agent}); verifier phase: offline ({verifier}); the reference did "
+                        f"not score 1 ({fmt(score)}, gate 1 says why), with no sign of a download in either phase")
+    if verifier_failures:
+        seen.append("the verifier's own downloads failed offline: " + "; ".join(verifier_failures[:4]))
     if staging:
         seen.append(f"staged at build time for test.sh: {_staged(staging)}")
-        if staging.get("missing"):
-            # a need the solved reference did without is a note; otherwise it may be why the phase failed
-            unmet = "not staged (the verifier lacks them offline): " + "; ".join(staging["missing"])
-            (seen if score is not None and score.solved else problems).append(unmet)
+        if unmet and score is not None and score.solved:
+            seen.append(f"not staged, and the solved reference did without: {unmet}")
     detail = "; ".join(problems + seen)
     return not problems, detail or "network unreachable in both phases"
 

@@ -25,6 +25,8 @@ class GateContext:
         self.parent: Sandbox | None = None
         self.solved: Sandbox | None = None
         self.reference_score: Score | None = None
+        self.reference_log = ""  # what the reference's commands printed (gate 3 looks for network failures)
+        self._replay_log = ""
         self.changed: list[str] = []
         self.free_checks: list[str] = []  # checks gate 6's probes pass: no partial credit (GateReport)
         self._expected: list[str] | None = None
@@ -41,13 +43,14 @@ class GateContext:
     async def replay(self, script: Path) -> Sandbox:
         """A new attempt (fork of the parent) after replaying ``script`` as Bash tool calls; caller closes it."""
         attempt = await (await self.prepare()).fork()
-        await replay_solution(
+        results = await replay_solution(
             attempt,
             script,
             self.task.environment.workdir,
             self.task.metadata.get("solution_env"),
             self.task.limits.agent_timeout_sec,
         )
+        self._replay_log = "\n".join(r.preview for r in results)
         return attempt
 
     async def run_reference(self) -> Score:
@@ -60,6 +63,7 @@ class GateContext:
         if task.solution_path is None:
             raise ValueError(f"task {task.id}: no reference solution (solution/solve.sh)")
         self.solved = await self.replay(task.solution_path)
+        self.reference_log = self._replay_log
         self.reference_score = await self.grade(self.solved)
         workdir = PurePosixPath(task.environment.workdir)
         changed = []

@@ -7,7 +7,11 @@
     1 reference      the reference solution, replayed as Bash tool calls in the training sandbox
                      (offline, as training is) and scored by the task's grader, solves the task
     2 stated         every path, literal and command the tests check appears in the instruction
-    3 offline        the task declares no internet and the sandbox it was solved in has no network
+    3 offline        network by phase (issue 26): the agent's sandbox (where the reference is
+                     replayed) and the verifier's grading fork have no network, and both worked
+                     offline (the reference solved, the verifier reported); a task's
+                     allow_internet = true is recorded, and what its test.sh installs at test time
+                     is staged at build time, what could not be is named
     4 starts         N cold starts of the environment, each within the deadline, none hangs
     5 no_leaks       tests/solution unreachable from the agent's sandbox; no copy of the solution's
                      lines in the environment; no git history beyond HEAD in any repository at any

@@ -129,14 +129,16 @@ def build_command(
         if report_dir:
             (report_dir / f"{record.task_id}.json").write_text(record.model_dump_json(indent=2))
     table = Table(title=f"images: {len(dirs)} tasks, {time.monotonic() - start:.0f} s ({tool.kind})")
-    for column in ("task", "image", "FROM substituted"):  # each task's full image name is printed above
+    for column in ("task", "image", "FROM substituted", "staged for test.sh"):  # full image names are above
         table.add_column(column, overflow="fold")
     for r in records:
         subs = ", ".join(sorted({f"{s.original} → {s.replacement}"
                                  for s in r.substitutions}))
-        table.add_row(escape(r.task_id), "cached" if r.cached else f"built {r.build_sec:.0f} s", escape(subs))
+        staged = r.verifier.summary() if r.verifier else ""
+        table.add_row(escape(r.task_id), "cached" if r.cached else f"built {r.build_sec:.0f} s", escape(subs),
+                      escape(staged))
     for name in errors:
-        table.add_row(escape(name), "[red]failed[/red]", "")
+        table.add_row(escape(name), "[red]failed[/red]", "", "")
     console.print(table)
     if errors:
         raise typer.Exit(1)

@@ -15,6 +15,10 @@ For a Harbor task (``task.toml`` + ``environment/Dockerfile``) or a Terminal-Ben
    image's ``fireflash.substitutions`` label, so a cache hit reports it too. A missing image without an
    entry stops the build before it starts, naming the line and the fix.
 
+4. What the task's ``tests/test.sh`` installs at test time (curl, uv, pytest: Terminal-Bench 2's verifiers)
+   is staged on the image (tasks/verifier_staging.py); the record's ``image`` is then the staged one and
+   ``verifier`` says what was staged and what could not be.
+
 Builds get the host's CA bundle and pip configuration (tasks/image_build.py). This module says nothing
 about how sandboxes use the image: that is sandbox/rootfs.py.
 """
@@ -117,7 +121,8 @@ def task_image(
                             cfg.image_build_timeout_sec, rebuild)
     if staged is None:
         return record
-    update = {"verifier": staged, "build_sec": record.build_sec + (0.0 if staged.cached else staged.build_sec)}
+    update = {"verifier": staged, "cached": record.cached and staged.cached,
+              "build_sec": record.build_sec + (0.0 if staged.cached else staged.build_sec)}
     if staged.image != record.image:
         update |= {"image": staged.image, "image_id": tool.inspect(staged.image).id}
     return record.model_copy(update=update)

@@ -200,7 +200,7 @@ class _Reader:
                 self.requirement(number, words, line.split(";", 1)[0])
 
     def apt(self, number: int, words: list[str]) -> None:
-        options, positional = _split_options(words[1:])
+        _, positional = _split_options(words[1:])
         if not positional:
             return
         sub, packages = positional[0], positional[1:]

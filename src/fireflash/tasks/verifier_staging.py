@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -45,7 +46,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from fireflash.sandbox.containers import ContainerTool, run_logged
+from fireflash.sandbox.containers import ContainerCommandFailed, ContainerTool, run_logged
 from fireflash.tasks.image_build import images_cache, run_build
 from fireflash.tasks.verifier_needs import VerifierNeeds, verifier_needs
 
@@ -63,28 +64,28 @@ esac
 # offline, `apt-get update` has nothing to fetch and succeeds; `apt-get install` finds the staged packages
 APT_CONF = ('Dir::Etc::sourcelist "/dev/null";\nDir::Etc::sourceparts "/.fireflash-verifier/no-sources";\n'
             'APT::Sandbox::User "root";\n')
+# the staging layer's one RUN step; what it could not install, the probe below finds
 _STAGE_SCRIPT = """set -e
-have() {{ command -v "$1" >/dev/null 2>&1; }}
-missing=""
 pkgs="{apt}"
-for v in {pythons}; do have python$v || pkgs="$pkgs python$v"; done
-if [ -n "$pkgs" ]; then
-  if have apt-get; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || true
-    found=""
-    for p in $pkgs; do
-      if apt-cache show "$p" >/dev/null 2>&1; then found="$found $p"; else missing="$missing $p"; fi
-    done
-    if [ -n "$found" ]; then apt-get install -y -qq $found; fi
-    rm -rf /var/lib/apt/lists/*
-  else
-    missing="$missing $pkgs(no-apt-get)"
-  fi
+for v in {pythons}; do command -v python$v >/dev/null 2>&1 || pkgs="$pkgs python$v"; done
+if [ -n "$pkgs" ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || true
+  found=""
+  for p in $pkgs; do if apt-cache show "$p" >/dev/null 2>&1; then found="$found $p"; fi; done
+  if [ -n "$found" ]; then apt-get install -y -qq $found; fi
+  rm -rf /var/lib/apt/lists/*
 fi
-py=""
+"""
+# what the built image has: its python3 version (or the first python3.X asked for) and the staged names it lacks
+_PROBE = """py=""
 for exe in python3 $(for v in {pythons}; do echo python$v; done); do
   [ -n "$py" ] || py=$($exe -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+done
+missing=""
+for p in {wanted}; do
+  case "$p" in python3.*) command -v "$p" >/dev/null 2>&1 || missing="$missing $p";;
+  *) dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p";; esac
 done
 echo "{marker} python=$py missing=$missing"
 """
@@ -160,8 +161,10 @@ def stage_verifier(
     tag = f"{ENV_REPO}:v-{digest[:30]}" if needs.apt or needs.pythons or needs.requirements else image
     if not rebuild and manifest.is_file() and tool.exists(tag):
         staged = VerifierStaging.model_validate_json(manifest.read_text()).model_copy(update={"cached": True})
-        say(f"{task_id}: verifier staged (cached): {staged.summary()}")
-        return staged
+        # a failed download may have been the network's passing fault: tried again; the rest is kept
+        if not any(m.startswith(("uv ", "requirements ")) for m in staged.missing):
+            say(f"{task_id}: verifier staged (cached): {staged.summary()}")
+            return staged
     start = time.monotonic()
     say(f"{task_id}: staging what tests/test.sh installs at test time (the verifier runs offline)")
     safe_id = re.sub(r"[^\w.-]", "_", task_id)[:80]
@@ -173,7 +176,7 @@ def stage_verifier(
         if tag != image and not tool.exists(tag):
             missing.append(f"the apt layer failed to build (log {log})")
             tag = image
-        missing += [f"apt package {name} (not in the image's archive, or no apt-get)" for name in lacking]
+        missing += [_lacking(name) for name in lacking]
     python = (needs.pythons[0] if needs.pythons else None) or python
     work = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=_parent(tools)))
     try:
@@ -201,13 +204,27 @@ def stage_verifier(
         )
         (work / "manifest.json").write_text(staged.model_dump_json(indent=1))
         _world_readable(work)
-        if tools.exists():
-            shutil.rmtree(tools)
-        os.rename(work, tools)  # whole or not at all: a cache hit never sees a half-written directory
+        if tools.exists() and (rebuild or not (tools / "manifest.json").is_file()):
+            shutil.rmtree(tools, ignore_errors=True)  # a rebuild, or one interrupted before its manifest
+        try:
+            os.rename(work, tools)  # whole or not at all: a cache hit never sees a half-written directory
+        except OSError:
+            if not (tools / "manifest.json").is_file():  # not another build of the same digest finishing first
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"{task_id}: verifier staged in {staged.build_sec:.0f} s: {staged.summary()}")
     return staged
+
+
+def _lacking(name: str) -> str:
+    """What the user reads for a staged package the built image still lacks, with the fix."""
+    if name.startswith("python3."):
+        version = name.removeprefix("python")
+        return (f"Python {version} (uvx -p {version}): not in the image, and its apt archive has no {name} package "
+                f"(Debian trixie has 3.13, bookworm 3.11): map the task's FROM image to a base that has it "
+                "(sandbox.base_images) or install it in the Dockerfile")
+    return f"apt package {name}: not in the image's apt archive (or the image has no apt-get)"
 
 
 def _parent(tools: Path) -> Path:
@@ -232,11 +249,35 @@ def _stage_layer(
     work = images_cache() / "build" / f"verifier-{digest[:32]}"
     done, _ = run_build(tool, "\n".join(lines) + "\n", {}, work, tag, work, log,
                         {"fireflash.verifier-staging": digest}, on_line, timeout_sec)
-    found = re.findall(rf"^{MARKER} python=(\S*) missing=(.*)$", log.read_text(errors="replace"), re.MULTILINE)
-    if done.returncode != 0 or not found:
+    if done.returncode != 0:
         return None, [*needs.apt, *(f"python{v}" for v in needs.pythons)]
+    # asked of the image, not read from the build's output: a build whose RUN step was cached prints none
+    wanted = " ".join([*needs.apt, *(f"python{v}" for v in needs.pythons)])
+    out = _run_in(tool, tag, _PROBE.format(wanted=wanted, pythons=" ".join(needs.pythons), marker=MARKER))
+    found = re.findall(rf"^{MARKER} python=(\S*) missing=(.*)$", out, re.MULTILINE)
+    if not found:
+        return None, wanted.split()
     python, lacking = found[-1]
     return python or None, lacking.split()
+
+
+def _run_in(tool: ContainerTool, image: str, script: str) -> str:
+    """The output of ``sh -c script`` run as root in a throwaway container of ``image``, offline ('' on failure)."""
+    try:
+        if tool.kind == "buildah":
+            container = tool.run("from", "--pull-never", image).strip()
+            try:
+                return tool.run("run", "--network", "none", "--user", "0", container, "--", "/bin/sh", "-c", script)
+            finally:
+                tool.run("rm", container)
+        # rlimits no higher than this process's own: runc cannot raise them on such a host (measured: podman's
+        # defaults fail with "error setting rlimit ... operation not permitted")
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limits = ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "nproc=4096:4096"] if tool.kind == "podman" else []
+        return tool.run("run", "--rm", "--network", "none", "--user", "0", *limits, "--entrypoint", "/bin/sh", image,
+                        "-c", script, timeout_sec=300)
+    except ContainerCommandFailed:
+        return ""
 
 
 def _pip(args: list[str], log: Path, on_line: Callable[[str], None] | None) -> str | None:
