@@ -60,6 +60,24 @@ def test_pip_install_goes_to_a_task_venv(tmp_path):
     )
 
 
+def test_pinned_pip_requirements_the_host_lacks_need_a_container_backend(tmp_path):
+    """A Terminal-Bench Dockerfile's ``pip install click==8.1.7`` failed only when the sandbox started (the task
+    venv installs offline from the host's packages); it is now a load-time reason to run the task in its image."""
+    text = "FROM python:3.13-slim\nWORKDIR /w\nRUN pip install --no-cache-dir not-a-dist-ff==8.1.7 pytest==0.0.1\n"
+    with pytest.raises(
+        NeedsContainerBackend,
+        match=r"Dockerfile:3: RUN: pip requirements not-a-dist-ff==8\.1\.7, pytest==0\.0\.1 are not installed on this host",
+    ):
+        materialise_dockerfile(write(tmp_path, text))
+    # what only pip can decide (a range, a requirements file) is left to it, as before
+    env = materialise_dockerfile(
+        write(tmp_path, "FROM python:3.11\nRUN pip install -r reqs.txt 'pytest>=1'\n")
+    )
+    assert env.setup_commands[-1].endswith(
+        "install --no-index --disable-pip-version-check -r reqs.txt pytest>=1"
+    )
+
+
 @pytest.mark.parametrize(
     "text,match",
     [

@@ -7,7 +7,8 @@ Supported (DESIGN.md: the embedded sandbox has no container engine):
   the sandbox copies to the workdir, so all copies happen before any RUN step); RUN shell steps that
   work offline, run once in the parent in order; ``apt-get install`` of packages already installed on
   the host (skipped); ``pip install`` into a task venv at ``<WORKDIR>/.venv`` (put first on PATH) that
-  sees the system's packages and never reaches an index, so it succeeds only for what is installed. CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK, STOPSIGNAL and
+  sees the system's packages and never reaches an index, so it succeeds only for what is installed
+  (a bare name or ``==`` pin the host's python3 lacks is refused at load time). CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK, STOPSIGNAL and
   MAINTAINER do not change files and are ignored.
 
 Anything else raises ``NeedsContainerBackend`` naming the file, line and instruction.
@@ -35,6 +36,24 @@ NETWORK_COMMANDS = re.compile(
     r"(^|[\s;&|(])(curl|wget|git\s+clone|npm\s+(install|ci)|cargo\s+install|go\s+get)\b"
 )
 PIP_INSTALL = re.compile(r"^(?:python3?\s+-m\s+pip|pip3?|uv\s+pip)\s+install\s+(?P<args>.*)$")
+PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:==(?P<version>[A-Za-z0-9.!+_-]+))?$")
+PIP_VALUE_OPTIONS = {
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-e",
+    "--editable",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+}
 APT = re.compile(r"^(apt-get|apt)\s+(?P<verb>\S+)(?P<args>.*)$")
 VENV = "{venv}"  # replaced by <final WORKDIR>/.venv once the final WORKDIR is known
 
@@ -94,6 +113,50 @@ def _host_has_package(name: str) -> bool:
     return result.returncode == 0 and "install ok installed" in result.stdout
 
 
+def _host_lacks(words: list[str]) -> list[str]:
+    """The requirements of a ``pip install`` the host's ``python3`` (the one sandboxes run) does not satisfy.
+
+    Only what can be decided without an index: a bare name that is not installed, or a ``name==version`` pin
+    whose installed version differs. Other forms (ranges, extras, files, URLs, options) are left to pip at
+    setup time, as before.
+    """
+    pins: dict[str, str] = {}
+    for before, word in zip(["", *words], words):
+        m = PIN.match(word)
+        if word.startswith("-") or before in PIP_VALUE_OPTIONS or m is None:
+            continue
+        pins[word] = m["version"] or ""
+    if not pins:
+        return []
+    python = (
+        "/usr/bin/python3" if Path("/usr/bin/python3").is_file() else shutil.which("python3") or "python3"
+    )
+    names = [PIN.match(w)["name"] for w in pins]
+    probe = (
+        "import sys\nfrom importlib.metadata import PackageNotFoundError, version\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n        print(version(name))\n    except PackageNotFoundError:\n        print('-')\n"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", probe, *names], capture_output=True, text=True, timeout=60, check=False
+        )
+    except OSError:
+        return list(pins)
+    found = done.stdout.split() if done.returncode == 0 else []
+    if len(found) != len(names):
+        return list(pins)
+
+    def release(v: str) -> str:  # PEP 440 pads with zeros: ==6.0.0 matches 6.0
+        return re.sub(r"(\.0)+$", "", v)
+
+    return [
+        w
+        for (w, want), have in zip(pins.items(), found)
+        if have == "-" or (want and release(have) != release(want))
+    ]
+
+
 def _translate_step(step: str, where: str) -> list[str]:
     """One ``&&``-separated piece of a RUN line → setup commands (possibly none)."""
     step = step.strip()
@@ -115,9 +178,16 @@ def _translate_step(step: str, where: str) -> list[str]:
         return []
     pip = PIP_INSTALL.match(step)
     if pip:
-        args = " ".join(
+        words = [
             a for a in shlex.split(pip["args"]) if a not in ("--no-cache-dir", "--user", "-q", "--quiet")
-        )
+        ]
+        lacking = _host_lacks(words)
+        if lacking:
+            raise NeedsContainerBackend(
+                f"{where}: pip requirements {', '.join(lacking)} are not installed on this host, and the task venv "
+                "installs offline from the host's packages only; use a container backend (sandbox.task_images)"
+            )
+        args = " ".join(words)
         return [
             f"{{ [ -x {VENV}/bin/python ] || python3 -m venv --without-pip --system-site-packages {VENV}; }}",
             f"{VENV}/bin/python -m pip install --no-index --disable-pip-version-check {args}",
