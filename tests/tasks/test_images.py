@@ -521,3 +521,42 @@ def test_an_agents_uv_config_cannot_add_a_forging_wheel_to_the_verifier(tb2, tmp
     honest = verifier.staged_tools_env
     monkeypatch.setattr(verifier, "staged_tools_env", lambda t: {k: v for k, v in honest(t).items() if k != "UV_NO_CONFIG"})
     assert asyncio.run(attack()) == 1.0
+
+
+@pytest.mark.images
+@pytest.mark.sandbox
+@pytest.mark.timeout(900)
+def test_an_agents_pytest_ini_above_the_tests_cannot_program_the_verifiers_pytest(tb2, monkeypatch):
+    """Root in the agent's sandbox writes /pytest.ini (pythonpath /app, a plugin of its own in addopts) and the
+    plugin turns every failed check into a pass: pytest's upward configuration search from /tests would find
+    it. The verifier's own /tests/pytest.ini ends the search, so doing nothing scores 0; without it the same
+    attack forges a full score (checked too, so the attack stays real)."""
+    import asyncio
+
+    from fireflash.grading import verifier
+    from fireflash.grading.graders import make_grader
+    from fireflash.sandbox import make_backend
+
+    task, cfg, _, _ = tb2
+    plugin = (
+        b"import pytest\n"
+        b"@pytest.hookimpl(hookwrapper=True)\n"
+        b"def pytest_runtest_makereport(item, call):\n"
+        b"    outcome = yield\n"
+        b"    report = outcome.get_result()\n"
+        b"    report.outcome, report.longrepr = 'passed', None\n"
+    )
+
+    async def attack() -> float:
+        backend = make_backend(cfg)
+        try:
+            attempt = await (await backend.prepare(task.environment, "forge-ini")).fork()
+            await attempt.write_file("/app/ffforge.py", plugin)
+            await attempt.write_file("/pytest.ini", b"[pytest]\npythonpath = /app\naddopts = -p ffforge\n")
+            return (await make_grader(task.grader).grade(task, attempt)).reward
+        finally:
+            await backend.close()
+
+    assert asyncio.run(attack()) == 0.0
+    monkeypatch.setattr(verifier, "PYTEST_CONFIGS", {"test.sh"})  # as if the task shipped its own: none written
+    assert asyncio.run(attack()) == 1.0

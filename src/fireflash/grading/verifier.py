@@ -68,9 +68,13 @@ What is *not* guaranteed:
   ``PYTHONPATH``); bundled tasks do not.
 - The staged apt packages (``curl``, ``python3.13``) are part of the image, so the agent sees them too, and
   in an image sandbox run as root it can replace them like any system file (the case above). The
-  staged uv, uvx and wheels are the only staged tools it cannot touch. pytest run by a task's ``test.sh``
-  still looks for ``pytest.ini`` / ``conftest.py`` above ``/tests`` (pytest's own semantics), and root in an
-  image sandbox can write ``/pytest.ini``. In the ``uv run`` shape uv discovers a ``pyproject.toml`` the agent
+  staged uv, uvx and wheels are the only staged tools it cannot touch. pytest looks for its configuration
+  from the tests' directory upwards, so an agent's ``/pytest.ini`` (with a ``/conftest.py`` or a plugin in
+  ``addopts``) would program a ``pytest /tests/...`` run: the verifier writes an empty ``/tests/pytest.ini``
+  when the task ships no pytest configuration there (``PYTEST_CONFIGS``), which ends the search. A task that
+  ships only a ``tox.ini`` / ``setup.cfg`` / ``pyproject.toml`` without a pytest section in ``tests/`` is
+  searched past it, as pytest does; a test command whose paths are not all under ``/tests`` (``pytest`` run
+  in the workdir) reads the workdir's configuration by the task's design. In the ``uv run`` shape uv discovers a ``pyproject.toml`` the agent
   left in the workdir or above it and installs that project's dependencies (uv 0.9 has no variable to turn
   project discovery off); ``uvx`` (``uv tool run``), the usual TB2 shape, reads no project.
 
@@ -91,6 +95,10 @@ VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
 REPORT_FILES = ("reward.json", "reward.txt", "junit.xml")
 MARKER = ".fireflash-fresh"
+# pytest's configuration files, by its own precedence; the verifier adds an empty one to /tests when the task
+# ships none, so pytest's upward search for a rootdir and configuration stops at /tests
+PYTEST_CONFIGS = {"pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"}
+PYTEST_INI = b"# written by the verifier: pytest's configuration search stops here, not at an agent's /pytest.ini\n[pytest]\n"
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 # pytest honours these even when a task's script does not pass them: JUnit for partial credit, no
 # colour codes in logs, no cache directory written into the graded tree.
@@ -179,8 +187,13 @@ async def _run(task: Task, sandbox: Sandbox, timeout: float, start: float) -> Ve
         try:
             await fork.write_file(f"{VERIFIER_DIR}/{MARKER}", b"")
             if task.grader.tests_dir is not None:
-                for rel, data, mode in list_test_files(task.grader.tests_dir):
+                files = list_test_files(task.grader.tests_dir)
+                for rel, data, mode in files:
                     await fork.write_file(f"{TESTS_DIR}/{rel}", data, mode=mode)
+                if not PYTEST_CONFIGS & {rel for rel, _, _ in files}:
+                    # pytest looks for its configuration from /tests upwards: an agent's /pytest.ini (its
+                    # addopts, pythonpath, plugins, and with it a /conftest.py) would program the run
+                    await fork.write_file(f"{TESTS_DIR}/pytest.ini", PYTEST_INI)
         except OSError as e:
             return VerifierOutput(
                 {},
