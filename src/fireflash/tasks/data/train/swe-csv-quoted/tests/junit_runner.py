@@ -176,6 +176,7 @@ def _child(write_fd, path, source, declared, child_path, libc, abi, dispositions
         except BaseException as e:  # noqa: BLE001 - a broken test file must still produce a report
             send("collection", "collection failed: " + _format(e)[:MESSAGE_CHARS])
             return
+        send("imported")
         for index, name in enumerate(declared):
             fn = vars(module).get(name)
             if not callable(fn):
@@ -223,10 +224,11 @@ def run_file(path, source, declared, child_path, libc, abi, dispositions):
     os.close(write_fd)
     missing = "no outcome from the test process (it died, hung or stopped reporting)"
     collection = None
+    imported = False
     buffer = b""
     deadline = time.monotonic() + IMPORT_TIMEOUT_SEC + PER_TEST_TIMEOUT_SEC + GRACE_SEC
     try:
-        while None in outcomes or not declared:  # with none declared, until the import is done
+        while None in outcomes or not (declared or imported):  # with none declared, until the import is done
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_fd], [], [], left)[0]:
                 missing = "timed out: no outcome from the test process in time"
@@ -243,6 +245,8 @@ def run_file(path, source, declared, child_path, libc, abi, dispositions):
                 kind, fields = _parse(line)
                 if kind == "collection":
                     missing = collection = fields
+                elif kind == "imported":
+                    imported = True
                 elif kind == "case" and fields[0] < len(outcomes) and outcomes[fields[0]] is None:
                     outcomes[fields[0]] = fields[1:]
                 deadline = time.monotonic() + PER_TEST_TIMEOUT_SEC + GRACE_SEC
@@ -254,10 +258,13 @@ def run_file(path, source, declared, child_path, libc, abi, dispositions):
 
 
 def _parse(line):
-    """A child's line → ('collection', message) | ('case', (index, seconds, message)) | ('', None)."""
+    """A child's line → ('imported', None) | ('collection', message) | ('case', (index, seconds, message)) |
+    ('', None)."""
     try:
         message = json.loads(line)
         kind = message[0]
+        if kind == "imported":
+            return kind, None
         if kind == "collection" and isinstance(message[1], str):
             return kind, message[1]
         if kind == "case":
@@ -265,7 +272,7 @@ def _parse(line):
             if type(index) is int and index >= 0 and type(seconds) in (int, float):
                 if text is None or isinstance(text, str):
                     return kind, (index, max(0.0, min(float(seconds), 1e6)), text)
-    except (ValueError, TypeError, IndexError, KeyError, OverflowError):
+    except Exception:  # noqa: BLE001 - any line a child sends, e.g. nested past the recursion limit
         pass
     return "", None
 
@@ -400,13 +407,29 @@ def _harden(libc):
 
 
 def _write_report(path, suites):
+    """Replace ``path`` with the report, atomically. Whatever was at ``path`` (a report the tests planted)
+    is removed first, so a report that cannot be written (a full disk) leaves none rather than theirs."""
     path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    if not os.access(directory, os.W_OK | os.X_OK):  # the tests made it read-only (it is their user's)
+        os.chmod(directory, os.stat(directory).st_mode & 0o7777 | 0o700)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        ET.ElementTree(suites).write(f, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)  # replaces a symlink planted at ``path`` rather than writing through it
+    try:
+        with os.fdopen(fd, "wb") as f:
+            ET.ElementTree(suites).write(f, encoding="utf-8", xml_declaration=True)
+        os.replace(tmp, path)  # replaces a symlink planted at ``path`` rather than writing through it
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def main(argv=None):
@@ -444,7 +467,11 @@ def main(argv=None):
             results.append((path, [("collection", 0.0, f"collection failed: cannot read {path}: {source}")]))
             continue
         declared = _declared_tests(source)
-        outcomes, collection = run_file(path, source, declared, child_path, libc, abi, dispositions)
+        try:
+            outcomes, collection = run_file(path, source, declared, child_path, libc, abi, dispositions)
+        except Exception as e:  # noqa: BLE001 - e.g. no fork left (the tests used up the pids): they fail
+            error = f"runner error: {e!r}"
+            outcomes, collection = [(0.0, error)] * len(declared), error
         cases = [(name, *o) for name, o in zip(declared, outcomes)]
         results.append((path, cases or ([("collection", 0.0, collection)] if collection else [])))
     if _in_bwrap_sandbox() and not _kill_strays(set(ancestors)):
