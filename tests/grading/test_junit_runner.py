@@ -143,20 +143,52 @@ def test_a_test_file_rewritten_during_the_run_is_not_read_again(tmp_path):
 
 
 def test_a_line_appended_to_the_test_script_never_runs(tmp_path):
-    """bash reads a script as it goes: the tested code appends a line that would overwrite the report after
-    the runner wrote it. The runner fails every check and stops that shell instead."""
+    """bash reads a script as it goes: a line appended while the runner runs would overwrite the report
+    after it was written. The tested code cannot write the script (Landlock); anything else that does (here
+    a process the script started before the runner) makes the runner fail every check and stop that shell."""
     tests = tmp_path / "tests"
     tests.mkdir()
     shutil.copyfile(junit_runner.__file__, tests / "junit_runner.py")
     report = tmp_path / "junit.xml"
     script = tests / "test.sh"
-    script.write_text(f"{PYTHON} {tests}/junit_runner.py --junitxml {report} {tests}/test_a.py\necho done\n")
-    (tests / "test_a.py").write_text(
-        f"open({str(script)!r}, 'a').write('echo forged > {report}\\n')\ndef test_a():\n    pass\n"
+    app = tmp_path / "app"
+    app.mkdir()
+    script.write_text(
+        f"(while [ ! -e {app}/started ]; do sleep 0.02; done; echo 'echo forged > {report}' >> {script}; "
+        f"touch {app}/appended) &\n"
+        f"{PYTHON} {tests}/junit_runner.py --junitxml {report} {tests}/test_a.py\necho done\n"
     )
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False)
+    (tests / "test_a.py").write_text(
+        "import os, time\ndef test_a():\n    open('started', 'w').close()\n"
+        "    while not os.path.exists('appended'):\n        time.sleep(0.02)\n"
+    )
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=app, timeout=60, check=False)
     assert {r.id: r.passed for r in parse_junit(report.read_bytes())} == {"test_a.test_a": False}
     assert "test script changed" in proc.stdout and "done" not in proc.stdout
+
+
+def test_the_tested_code_cannot_rewrite_test_data(tmp_path):
+    """The tests directory is read-only to the test process (Landlock ABI 2+): expected values the checks
+    read after the code under test ran cannot be changed by it, nor can the test script."""
+    if junit_runner._landlock_abi(junit_runner._libc()) < 2:
+        pytest.skip("needs Landlock ABI 2")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copyfile(junit_runner.__file__, tests / "junit_runner.py")
+    expected = tests / "expected.txt"
+    expected.write_text("the right answer")
+    (tests / "test_a.py").write_text(
+        f"try:\n    open({str(expected)!r}, 'w').write('my answer')\nexcept OSError:\n    pass\n"
+        f"def test_answer():\n    assert open({str(expected)!r}).read() == 'my answer'\n"
+        "def test_elsewhere_is_writable():\n    open('out.txt', 'w').write('x')\n"
+    )
+    report = tmp_path / "junit.xml"
+    cmd = [PYTHON, str(tests / "junit_runner.py"), "--junitxml", str(report), str(tests / "test_a.py")]
+    (tmp_path / "app").mkdir()  # beside the tests directory, as /app is beside /tests
+    subprocess.run(cmd, cwd=tmp_path / "app", check=False, timeout=60)
+    results = {r.id: r.passed for r in parse_junit(report.read_bytes())}
+    assert results == {"test_a.test_answer": False, "test_a.test_elsewhere_is_writable": True}
+    assert expected.read_text() == "the right answer"
 
 
 def test_bundled_copies_match_the_canonical_runner():

@@ -19,21 +19,21 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   the verifier's own variables are set. The verifier's own commands in the fork (reset, listing, kill)
   run with ``PATH=SYSTEM_PATH``, so no program the agent wrote stands in for ``find``, ``ls`` or ``stat``.
 - **The report comes from a process that never runs the code under test.** The bundled runner
-  (``junit_runner.py``) is two processes: a parent that reads the test files once, takes the checks they
-  declare from their source (AST) and writes the report, and per test file a child that imports it (the
-  working directory on ``sys.path`` after the stdlib and site-packages: a ``/app/csv.py`` cannot shadow
-  ``csv``) and sends one outcome per check over a pipe. A check without an outcome (the child died, hung,
-  or reported less) fails. The parent is not dumpable (no ptrace or ``/proc/PID/mem`` from the same
-  user), ignores catchable signals, kills every process but its ancestors before writing (bwrap
-  sandboxes only, as ``KILL_STRAYS``), fails every check and stops the shell when a test script changed
-  during the run (bash reads on into appended lines), writes the report atomically and leaves with
-  ``os._exit``. Where the kernel has Landlock (ABI 6+, Linux 6.12), each child runs in a nested Landlock
-  domain: it and everything it starts cannot ptrace, open ``/proc/PID/{fd,mem}`` of, or signal the
-  parent or the shells above it, and a supervisor kills all of them at once (``kill(-1)`` scoped to the
-  domain) before the report is written. The graders then compare the report with the checks the task
-  declares, read from the task's test files on the host (``reports.declared_checks``): a missing,
-  renamed, skipped or deselected check is a failure, and a reward file can only lower the result
-  (``graders``).
+  (``junit_runner.py``) has a parent that reads the test files once, takes the checks they declare from
+  their source (AST) and writes the report, and per test file a test process that imports it (the working
+  directory on ``sys.path`` after the stdlib and site-packages: a ``/app/csv.py`` cannot shadow ``csv``)
+  and sends one outcome per check over a pipe; a check without an outcome (the process died, hung, or
+  reported less) fails. The parent is not dumpable (no ptrace or ``/proc/PID/mem`` from the same user),
+  ignores catchable signals, kills every process but its ancestors before writing (bwrap sandboxes only,
+  as ``KILL_STRAYS``), fails every check and stops the shell when a test script changed during the run
+  (bash reads on into appended lines), removes whatever the tests left at the report's path and writes
+  the report atomically. Where the kernel has Landlock (ABI 6+, Linux 6.12) the test process and all it
+  starts run in a Landlock domain: they cannot write ``/tests``, ptrace or open ``/proc/PID/{fd,mem}`` of,
+  or signal the runner or the shells above it, and a supervisor kills all of them at once (``kill(-1)``
+  scoped to the domain) before the report is written. The graders then compare the report with the
+  checks the task declares, read from the task's test files on the host (``reports.declared_checks``): a
+  missing, renamed, skipped or deselected check is a failure, and a reward file can only lower the
+  result (``graders``).
 - **Nothing outlives the run.** Right after the test command every other process of the fork is killed
   (``KILL_STRAYS``: ``kill -KILL -1`` from the fork's shell, bwrap sandboxes only) and again before the
   reports are read; a report that is not a regular file (a symlink to something the agent wrote) makes
@@ -44,14 +44,14 @@ What is *not* guaranteed:
 - Code that the task's tests themselves run (the module under test they import, a script they execute)
   runs with the verifier's rights, by the task's design, in the same process as the checks that call it:
   it can make them pass without solving anything (return an object equal to everything, replace the
-  test functions' code, write passing outcomes into the child's pipe). Those forgeries are kept as
+  test functions' code, write passing outcomes into the test process's pipe). Those forgeries are kept as
   strict ``xfail`` cases in the red-team suite (``tests/grading/test_redteam.py``, ``KNOWN_GAPS``);
   closing them needs the checks to run in the trusted process with the code under test behind a proxy
-  of plain data. It can also edit test data the checks read during the run.
-- Without Landlock (kernels before 6.12 lack signal scoping, before 5.13 all of it) the child can still
-  signal the runner (``SIGKILL`` it after planting a report) and reach the shells above it through
-  ``/proc`` (``/proc/PID/fd``, ptrace); outside a bwrap sandbox, processes the tests started outlive the
-  runner. The runner says so in the log.
+  of plain data.
+- Without Landlock (Linux < 6.12 lacks signal scoping, < 5.19 all of it) the test process can still
+  write ``/tests``, signal the runner (``SIGKILL`` it after planting a report) and reach the shells above
+  it through ``/proc`` (``/proc/PID/fd``, ptrace); outside a bwrap sandbox, processes the tests started
+  outlive the runner there. The runner says so on stderr (the verifier log).
 - A task whose declared ``PATH`` adds a directory the agent can write (an image's virtualenv in the
   workdir, ``/workspace/.venv/bin``) runs the programs found only there (``python`` where the system has
   only ``python3``) from it, after the system directories.

@@ -1,31 +1,37 @@
 """A stdlib-only test runner that writes JUnit XML, for sandboxes whose python3 has no pytest.
 
-Bundled tasks ship a byte-identical copy as ``tests/junit_runner.py`` (a unit test keeps the copies in
-sync). It runs the ``test_*`` functions of pytest-style files (plain ``assert``), each with its own
-time limit, in definition order, and records every one in the report.
+Bundled tasks and the gate fixtures ship a byte-identical copy as ``tests/junit_runner.py`` (unit tests
+keep the copies in sync; ``tasks/families.py`` copies it into generated tasks). It runs the ``test_*``
+functions of pytest-style files (plain ``assert``), each with its own time limit, in definition order,
+and records every one in the report.
 
-Two processes (issue 27: the report must come from a process the code under test cannot program):
+Three roles (issue 27: the report must come from a process the code under test cannot program):
 
 - The **parent** never imports a test file or the code under test. It reads the test files once, takes
-  the checks each declares from its source (AST: module-level ``test_*`` functions), forks one child per
-  file, and receives per-check outcomes over a pipe. A declared check without an outcome (the child
-  died, hung past its limit, or reported less) fails: fail closed. Before writing the report it kills
-  every process but its own ancestors (in a bwrap sandbox only, where pid 1 is the sandbox's keeper;
-  ``grading/verifier.py``'s ``KILL_STRAYS``), so nothing the tests started can rewrite the report; it
-  fails every check and kills the shell running a test script that changed during the run (bash reads a
-  script as it goes: a line appended to ``test.sh`` would run after the report is written). It is not
-  dumpable (no ptrace or ``/proc/PID/mem`` from the same user), ignores catchable signals, and writes
-  the report last, atomically (a temporary file renamed over ``junit.xml``), then leaves with
-  ``os._exit``.
-- Each **child** imports one test file (from the bytes the parent read, so a test file rewritten during
-  the run changes nothing) with the working directory *after* the stdlib and site-packages on
-  ``sys.path`` (a ``csv.py`` there cannot shadow ``csv``), runs the declared checks and sends one
-  outcome each. Where the kernel has Landlock, the child first enters a Landlock domain: it cannot
-  ptrace, open ``/proc/PID/fd`` or ``/proc/PID/mem`` of, or (ABI 6+) signal any process outside it —
-  the parent and the shells that started it.
+  the checks each declares from their source (AST: module-level ``test_*`` functions) and, per file,
+  receives one outcome per check over a pipe. A declared check without a well-formed outcome (the test
+  process died, hung past its limit, or reported less) fails: fail closed. It is not dumpable (no ptrace
+  or ``/proc/PID/mem`` from the same user) and ignores catchable signals. Before writing it kills every
+  process but its ancestors (bwrap sandboxes only, where pid 1 is the sandbox's keeper, as
+  ``grading/verifier.py``'s ``KILL_STRAYS``), and fails every check and kills the shell whose test script
+  changed during the run (bash reads a script as it goes: a line appended to ``test.sh`` would run after
+  the report). It removes whatever the tests left at the report's path, writes the report atomically,
+  prints the log after it and leaves with ``os._exit``.
+- A **supervisor** per file, forked by the parent, enters a Landlock domain and forks the test process
+  into a domain nested in it; once the parent has the outcomes it kills, with one ``kill(-1)`` that the
+  domain scopes to the test process and everything it started (ABI 6+), every such process at once: no
+  ``setsid`` daemon or fork chain survives to rewrite the report.
+- The **test process** imports one test file (from the bytes the parent read) with the working directory
+  *after* the stdlib and site-packages on ``sys.path`` (a ``csv.py`` there cannot shadow ``csv``), runs
+  the declared checks and sends one outcome each. Under Landlock (ABI 2+) it and all it starts cannot
+  write anything under the runner's directory (test files, data, ``test.sh``), nor ptrace or open
+  ``/proc/PID/{fd,mem}`` of the parent, the supervisor or the shells above them, nor (ABI 6+) signal them.
 
-Not guaranteed: the code under test shares the child with the checks, so it can make the child report a
-check as passed (patch the test function, write to the pipe); the report then says what the child said.
+Not guaranteed: the code under test runs in the test process with the checks, so it can make them pass
+(return an object equal to everything, replace a test function's code, write outcomes into the pipe);
+the report then says what the test process said. Without Landlock (Linux < 6.12 lacks signal scoping,
+< 5.19 all of it, which this runner then does not use) the test process can kill the parent or reach the
+shells above it through ``/proc``; the runner says so on stderr.
 
     python3 /tests/junit_runner.py --junitxml /logs/verifier/junit.xml /tests/test_outputs.py
 """
@@ -40,6 +46,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 import xml.etree.ElementTree as ET
 
 try:
@@ -60,8 +67,12 @@ KEEP_DEFAULT = {
     for name in "SIGKILL SIGSTOP SIGCHLD SIGCONT SIGSEGV SIGBUS SIGFPE SIGILL SIGTRAP SIGABRT SIGWINCH SIGURG".split()
 }
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # the same on every architecture
-LANDLOCK_ACCESS_FS_MAKE_BLOCK, LANDLOCK_SCOPE_SIGNAL = 1 << 11, 1 << 1
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # every arch
+LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_SCOPE_SIGNAL = 1, 1 << 1
+# LANDLOCK_ACCESS_FS_*: write a file, remove a directory or file, make any kind of node; then REFER (link or
+# rename across directories, ABI 2) and TRUNCATE (ABI 3)
+FS_WRITES = sum(1 << bit for bit in range(4, 13)) | 1 << 1
+FS_MAKE_BLOCK, FS_REFER, FS_TRUNCATE = 1 << 11, 1 << 13, 1 << 14
 
 
 class CheckTimeout(Exception):
@@ -98,24 +109,53 @@ def _landlock_abi(libc):
     return max(0, libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, 1))  # 1: ..._CREATE_RULESET_VERSION
 
 
-def _enter_landlock(libc, abi):
-    """Put this process in a new Landlock domain, nested in its current one: from then on it (and every
-    process it starts) cannot ptrace, open ``/proc/PID/{fd,mem,...}`` of, or (ABI 6+) signal a process
-    outside that domain. Returns True if it did."""
-    if abi < 1:
+def _enter_landlock(libc, abi, tests_dir):
+    """Put this process in a new Landlock domain, nested in its current one. From then on it, and every
+    process it starts, cannot write, create, remove or rename anything under ``tests_dir`` (the runner,
+    test files, test data, ``test.sh``) and cannot ptrace, open ``/proc/PID/{fd,mem,...}`` of, or (ABI 6+)
+    signal a process outside that domain; everywhere else it writes as before. Needs ABI 2 (Linux 5.19):
+    under ABI 1 any domain refuses renames across directories. Returns True if it did."""
+    if abi < 2:
         return False
-    # no rule is added: creating block devices is the one access denied (it needs CAP_MKNOD anyway)
-    attr = struct.pack("QQQ", LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
+    handled = FS_WRITES | FS_REFER | (FS_TRUNCATE if abi >= 3 else 0)
+    attr = struct.pack("QQQ", handled, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.c_char_p(attr), ctypes.c_size_t(size), 0)
     if fd < 0:
         return False
-    ok = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 and libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) == 0
-    os.close(fd)
-    return ok
+    try:
+        for path in _writable_dirs(tests_dir):
+            try:
+                dir_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            rule = struct.pack("=Qi", handled & ~FS_MAKE_BLOCK, dir_fd)  # struct landlock_path_beneath_attr
+            libc.syscall(SYS_LANDLOCK_ADD_RULE, fd, LANDLOCK_RULE_PATH_BENEATH, ctypes.c_char_p(rule), 0)
+            os.close(dir_fd)
+        return libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 and libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) == 0
+    finally:
+        os.close(fd)
 
 
-def _supervise(ctl_fd, write_fd, path, source, declared, child_path, libc, abi, dispositions):
+def _writable_dirs(tests_dir):
+    """The directories beside the path from ``/`` down to ``tests_dir``: together they hold everything but
+    ``tests_dir`` (and the entries directly in the directories above it)."""
+    found, parent = [], "/"
+    for part in [p for p in tests_dir.split(os.sep) if p]:
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            names = []
+        for name in names:
+            path = os.path.join(parent, name)
+            # a link is left out: it may lead back above tests_dir (pytest's "pytest-current")
+            if name != part and os.path.isdir(path) and not os.path.islink(path):
+                found.append(path)
+        parent = os.path.join(parent, part)
+    return found
+
+
+def _supervise(ctl_fd, write_fd, path, source, declared, setup):
     """The forked supervisor of one test file. Never returns.
 
     It enters a Landlock domain and forks the test process, which enters a domain nested in it: the test
@@ -124,11 +164,12 @@ def _supervise(ctl_fd, write_fd, path, source, declared, child_path, libc, abi, 
     ``setsid`` daemon escapes. It kills once the parent closes ``ctl_fd`` (it has every outcome, or gave up).
     """
     try:
-        scoped = _enter_landlock(libc, abi) and abi >= 6 and not _can_signal(os.getppid())
+        libc, abi = setup.libc, setup.abi
+        scoped = _enter_landlock(libc, abi, setup.tests_dir) and abi >= 6 and not _can_signal(os.getppid())
         pid = os.fork()
         if pid == 0:
             os.close(ctl_fd)
-            _child(write_fd, path, source, declared, child_path, libc, abi, dispositions)
+            _child(write_fd, path, source, declared, setup)
         os.close(write_fd)
         os.read(ctl_fd, 1)  # blocks until the parent closes its end (or dies)
         for target in (-1, pid) if scoped else (pid,):
@@ -153,20 +194,20 @@ def _can_signal(pid):
     return True
 
 
-def _child(write_fd, path, source, declared, child_path, libc, abi, dispositions):
+def _child(write_fd, path, source, declared, setup):
     """The test process: import ``source`` as ``path``, run ``declared``, send one line each. Never returns."""
 
     def send(*message):
         os.write(write_fd, json.dumps(message).encode() + b"\n")
 
     try:
-        for sig, handler in dispositions.items():
+        for sig, handler in setup.dispositions.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         signal.signal(signal.SIGALRM, _on_alarm)
-        if libc is not None:
-            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries as usual; the parent stays not
-            _enter_landlock(libc, abi)
-        sys.path[:] = child_path
+        if setup.libc is not None:
+            setup.libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries as usual; the parent stays not
+            _enter_landlock(setup.libc, setup.abi, setup.tests_dir)
+        sys.path[:] = setup.child_path
         module_name = os.path.splitext(os.path.basename(path))[0]
         module = type(sys)(module_name)
         module.__file__ = path
@@ -205,7 +246,7 @@ def _format(e):
     return "".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__
 
 
-def run_file(path, source, declared, child_path, libc, abi, dispositions):
+def run_file(path, source, declared, setup):
     """Run ``declared`` from ``source`` in a supervised test process.
 
     Returns:
@@ -219,7 +260,7 @@ def run_file(path, source, declared, child_path, libc, abi, dispositions):
     if pid == 0:
         os.close(ctl_write)
         os.close(read_fd)
-        _supervise(ctl_read, write_fd, path, source, declared, child_path, libc, abi, dispositions)
+        _supervise(ctl_read, write_fd, path, source, declared, setup)
     os.close(ctl_read)
     os.close(write_fd)
     missing = "no outcome from the test process (it died, hung or stopped reporting)"
@@ -444,13 +485,18 @@ def main(argv=None):
     abi = _landlock_abi(libc)
     if abi < 6:
         print(f"junit_runner: Landlock ABI {abi} (< 6): the tests' processes are not confined", file=sys.stderr)
-    dispositions = _harden(libc)
-    # the code under test is imported from the working directory, but after the stdlib and site-packages:
-    # a module there named like a stdlib one (csv.py) must not replace it for the tests
-    cwd = os.getcwd()
-    child_path = [p for p in sys.path if p not in ("", ".", cwd)] + [cwd]
-    # the parent imports nothing more from here on; the tests directory (sys.path[0]) is agent-writable
     here = os.path.dirname(os.path.abspath(__file__))
+    cwd = os.getcwd()
+    setup = types.SimpleNamespace(
+        libc=libc,
+        abi=abi,
+        dispositions=_harden(libc),
+        tests_dir=here,  # the runner's own directory: test files, data and test.sh (/tests)
+        # the code under test is imported from the working directory, but after the stdlib and
+        # site-packages: a module there named like a stdlib one (csv.py) must not replace it for the tests
+        child_path=[p for p in sys.path if p not in ("", ".", cwd)] + [cwd],
+    )
+    # the parent imports nothing more from here on; the tests directory (sys.path[0]) is agent-writable
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd, here)]
     sources = []
     for path in args.files:
@@ -468,7 +514,7 @@ def main(argv=None):
             continue
         declared = _declared_tests(source)
         try:
-            outcomes, collection = run_file(path, source, declared, child_path, libc, abi, dispositions)
+            outcomes, collection = run_file(path, source, declared, setup)
         except Exception as e:  # noqa: BLE001 - e.g. no fork left (the tests used up the pids): they fail
             error = f"runner error: {e!r}"
             outcomes, collection = [(0.0, error)] * len(declared), error
@@ -480,26 +526,30 @@ def main(argv=None):
     if tampered:
         results = _fail_all(results, "the test script changed while the tests ran")
     suites = ET.Element("testsuites")
-    n_failed = 0
+    lines = []
     for path, cases in results:
         suite = ET.SubElement(suites, "testsuite", name=os.path.basename(path))
         classname = os.path.splitext(os.path.basename(path))[0]
         for name, seconds, message in cases:
             case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
-            status = "PASSED" if message is None else "FAILED"
-            print(f"{classname}::{name} {status}" + ("" if message is None else f" - {_clean(message)[:200]}"))
-            if message is not None:
-                n_failed += 1
+            if message is None:
+                lines.append(f"{classname}::{name} PASSED")
+            else:
+                lines.append(f"{classname}::{name} FAILED - {_clean(message)[:200]}")
                 ET.SubElement(case, "failure", message=_clean(message)[:1000])
-    _write_report(args.junitxml, suites)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for pid in tampered:  # the shell must not read on into lines appended to its script
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return 1 if n_failed else 0
+    try:
+        _write_report(args.junitxml, suites)
+    finally:
+        for pid in tampered:  # the shell must not read on into lines appended to its script
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    try:  # after the report: the log may be unwritable (the tests filled its disk)
+        print("\n".join(lines), flush=True)
+    except OSError:
+        pass
+    return 1 if any(message is not None for _, cases in results for _, _, message in cases) else 0
 
 
 def _fail_all(results, message):
