@@ -96,9 +96,16 @@ def test_a_test_process_that_dies_or_hangs_fails_the_checks_it_did_not_report(tm
         "--timeout-sec",
         "1",
     )
-    assert results == {"test_things.test_a": True, "test_things.test_hang": False, "test_things.test_c": False}
+    assert results == {
+        "test_things.test_a": True,
+        "test_things.test_hang": False,
+        "test_things.test_c": False,
+    }
     assert "timed out" in proc.stdout
-    _, results = run(tmp_path, "import os\ndef test_a():\n    pass\ndef test_b():\n    os._exit(0)\ndef test_c():\n    pass\n")
+    _, results = run(
+        tmp_path,
+        "import os\ndef test_a():\n    pass\ndef test_b():\n    os._exit(0)\ndef test_c():\n    pass\n",
+    )
     assert results == {"test_things.test_a": True, "test_things.test_b": False, "test_things.test_c": False}
 
 
@@ -136,10 +143,20 @@ def test_a_test_file_rewritten_during_the_run_is_not_read_again(tmp_path):
     other = tmp_path / "test_b.py"
     other.write_text("def test_b():\n    assert False\n")
     first = tmp_path / "test_a.py"
-    first.write_text(f"open({str(other)!r}, 'w').write('def test_b():\\n    pass\\n')\ndef test_a():\n    pass\n")
+    first.write_text(
+        f"open({str(other)!r}, 'w').write('def test_b():\\n    pass\\n')\ndef test_a():\n    pass\n"
+    )
     report = tmp_path / "junit.xml"
-    subprocess.run([PYTHON, junit_runner.__file__, "--junitxml", str(report), str(first), str(other)], cwd=tmp_path, check=False, timeout=60)
-    assert {r.id: r.passed for r in parse_junit(report.read_bytes())} == {"test_a.test_a": True, "test_b.test_b": False}
+    subprocess.run(
+        [PYTHON, junit_runner.__file__, "--junitxml", str(report), str(first), str(other)],
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+    )
+    assert {r.id: r.passed for r in parse_junit(report.read_bytes())} == {
+        "test_a.test_a": True,
+        "test_b.test_b": False,
+    }
 
 
 def test_a_line_appended_to_the_test_script_never_runs(tmp_path):
@@ -162,7 +179,9 @@ def test_a_line_appended_to_the_test_script_never_runs(tmp_path):
         "import os, time\ndef test_a():\n    open('started', 'w').close()\n"
         "    while not os.path.exists('appended'):\n        time.sleep(0.02)\n"
     )
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=app, timeout=60, check=False)
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, cwd=app, timeout=60, check=False
+    )
     assert {r.id: r.passed for r in parse_junit(report.read_bytes())} == {"test_a.test_a": False}
     assert "test script changed" in proc.stdout and "done" not in proc.stdout
 

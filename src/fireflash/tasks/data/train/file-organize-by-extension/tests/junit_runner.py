@@ -38,6 +38,7 @@ shells above it through ``/proc``; the runner says so on stderr.
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import select
@@ -63,8 +64,18 @@ MAX_SCRIPT_BYTES = 1024 * 1024  # a test script an ancestor shell is reading, ke
 KILL_ROUNDS = 200
 # signals whose default action would end the parent; a child under Landlock (ABI 6+) cannot send any
 KEEP_DEFAULT = {
-    getattr(signal, name)
-    for name in "SIGKILL SIGSTOP SIGCHLD SIGCONT SIGSEGV SIGBUS SIGFPE SIGILL SIGTRAP SIGABRT SIGWINCH SIGURG".split()
+    signal.SIGKILL,
+    signal.SIGSTOP,
+    signal.SIGCHLD,
+    signal.SIGCONT,
+    signal.SIGSEGV,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGTRAP,
+    signal.SIGABRT,
+    signal.SIGWINCH,
+    signal.SIGURG,
 }
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # every arch
@@ -132,7 +143,10 @@ def _enter_landlock(libc, abi, tests_dir):
             rule = struct.pack("=Qi", handled & ~FS_MAKE_BLOCK, dir_fd)  # struct landlock_path_beneath_attr
             libc.syscall(SYS_LANDLOCK_ADD_RULE, fd, LANDLOCK_RULE_PATH_BENEATH, ctypes.c_char_p(rule), 0)
             os.close(dir_fd)
-        return libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 and libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) == 0
+        return (
+            libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            and libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) == 0
+        )
     finally:
         os.close(fd)
 
@@ -205,7 +219,9 @@ def _child(write_fd, path, source, declared, setup):
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         signal.signal(signal.SIGALRM, _on_alarm)
         if setup.libc is not None:
-            setup.libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries as usual; the parent stays not
+            setup.libc.prctl(
+                PR_SET_DUMPABLE, 1, 0, 0, 0
+            )  # its own /proc entries as usual; the parent stays not
             _enter_landlock(setup.libc, setup.abi, setup.tests_dir)
         sys.path[:] = setup.child_path
         module_name = os.path.splitext(os.path.basename(path))[0]
@@ -213,7 +229,7 @@ def _child(write_fd, path, source, declared, setup):
         module.__file__ = path
         sys.modules[module_name] = module
         try:
-            exec(compile(source, path, "exec", dont_inherit=True), vars(module))
+            exec(compile(source, path, "exec", dont_inherit=True), vars(module))  # noqa: S102 - the test file
         except BaseException as e:  # noqa: BLE001 - a broken test file must still produce a report
             send("collection", "collection failed: " + _format(e)[:MESSAGE_CHARS])
             return
@@ -221,7 +237,12 @@ def _child(write_fd, path, source, declared, setup):
         for index, name in enumerate(declared):
             fn = vars(module).get(name)
             if not callable(fn):
-                send("case", index, 0.0, "declared in the test file but missing after its import (renamed or deleted)")
+                send(
+                    "case",
+                    index,
+                    0.0,
+                    "declared in the test file but missing after its import (renamed or deleted)",
+                )
                 continue
             start = time.monotonic()
             signal.alarm(PER_TEST_TIMEOUT_SEC)
@@ -235,10 +256,8 @@ def _child(write_fd, path, source, declared, setup):
             send("case", index, time.monotonic() - start, message)
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # the code under test may have replaced or closed them
                 stream.flush()
-            except Exception:  # noqa: BLE001 - the code under test may have replaced or closed them
-                pass
         os._exit(0)
 
 
@@ -310,10 +329,10 @@ def _parse(line):
             return kind, message[1]
         if kind == "case":
             index, seconds, text = message[1:]
-            if type(index) is int and index >= 0 and type(seconds) in (int, float):
-                if text is None or isinstance(text, str):
-                    return kind, (index, max(0.0, min(float(seconds), 1e6)), text)
-    except Exception:  # noqa: BLE001 - any line a child sends, e.g. nested past the recursion limit
+            well_formed = type(index) is int and index >= 0 and type(seconds) in (int, float)
+            if well_formed and (text is None or isinstance(text, str)):
+                return kind, (index, max(0.0, min(float(seconds), 1e6)), text)
+    except Exception:  # noqa: BLE001, S110 - any line a child sends, e.g. nested past the recursion limit
         pass
     return "", None
 
@@ -484,7 +503,9 @@ def main(argv=None):
     libc = _libc()
     abi = _landlock_abi(libc)
     if abi < 6:
-        print(f"junit_runner: Landlock ABI {abi} (< 6): the tests' processes are not confined", file=sys.stderr)
+        print(
+            f"junit_runner: Landlock ABI {abi} (< 6): the tests' processes are not confined", file=sys.stderr
+        )
     here = os.path.dirname(os.path.abspath(__file__))
     cwd = os.getcwd()
     setup = types.SimpleNamespace(
