@@ -677,6 +677,12 @@ def test_baselines_unsolved_partial_and_solved(lab):
     assert lab.attack(STOCK, [], solve=True).reward == 1.0
 
 
+def _landlock_abi() -> int:
+    from fireflash.grading import junit_runner
+
+    return junit_runner._landlock_abi(junit_runner._libc())
+
+
 def _limits(name: str) -> dict[str, Any]:
     return {
         "verifier-time-out": {"verifier_timeout": 4.0},
@@ -686,8 +692,21 @@ def _limits(name: str) -> dict[str, Any]:
     }.get(name, {})
 
 
+# closed only where the runner's test process runs under Landlock (this ABI or later: ptrace and /proc
+# scoping from 2, Linux 5.19; signal scoping from 6, Linux 6.12); on an older kernel they are the documented
+# gap (verifier.py docstring) and may forge
+NEEDS_LANDLOCK_ABI = {
+    "module-under-test-plants-report-kills-runner": 6,
+    "module-under-test-injects-into-shell": 2,
+}
+
+
 @pytest.mark.parametrize("name", list(ATTACKS))
-def test_forgery_earns_only_the_honest_reward(lab, name):
+def test_forgery_earns_only_the_honest_reward(lab, request, name):
+    if _landlock_abi() < NEEDS_LANDLOCK_ABI.get(name, 0):
+        request.applymarker(
+            pytest.mark.xfail(reason="this kernel's Landlock cannot confine it", strict=False)
+        )
     task_id, turns, honest = ATTACKS[name]
     score = lab.attack(task_id, turns, **_limits(name))
     assert score.reward == pytest.approx(honest), (
