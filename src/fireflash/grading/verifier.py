@@ -32,13 +32,22 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   no configuration file and no index; apt finds no sources (its ``update`` succeeds, its ``install`` finds
   the staged packages). ``staged_tools_env`` lists every variable; a forging wheel the agent offers uv
   through its own ``uv.toml`` is kept as a test (tests/tasks/test_images.py).
-- **The code under test comes after the stdlib.** The bundled runner (``junit_runner.py``) appends the
-  working directory to ``sys.path`` after the stdlib and site-packages (a ``/app/csv.py`` cannot shadow
-  ``csv``), takes the checks a file declares from its source (AST), fails any declared check it could not
-  run, writes the report last and exits with ``os._exit`` (no ``atexit`` hook of the code under test runs
-  after it). The graders then compare the report with the checks the task declares, read from the task's
-  test files on the host (``reports.declared_checks``): a missing, renamed, skipped or deselected check
-  is a failure, and a reward file can only lower the result (``graders``).
+- **The report comes from a process that never runs the code under test.** The bundled runner
+  (``junit_runner.py``) has a parent that reads the test files once, takes the checks they declare from
+  their source (AST) and writes the report, and per test file a test process that imports it (the working
+  directory on ``sys.path`` after the stdlib and site-packages: a ``/app/csv.py`` cannot shadow ``csv``)
+  and sends one outcome per check over a pipe; a check without an outcome (the process died, hung, or
+  reported less) fails. The parent is not dumpable (no ptrace or ``/proc/PID/mem`` from the same user),
+  ignores catchable signals, kills every process but its ancestors before writing (bwrap sandboxes only,
+  as ``KILL_STRAYS``), fails every check and stops the shell when a test script changed during the run
+  (bash reads on into appended lines), removes whatever the tests left at the report's path and writes
+  the report atomically. Where the kernel has Landlock (ABI 6+, Linux 6.12) the test process and all it
+  starts run in a Landlock domain: they cannot write ``/tests``, ptrace or open ``/proc/PID/{fd,mem}`` of,
+  or signal the runner or the shells above it, and a supervisor kills all of them at once (``kill(-1)``
+  scoped to the domain) before the report is written. The graders then compare the report with the
+  checks the task declares, read from the task's test files on the host (``reports.declared_checks``): a
+  missing, renamed, skipped or deselected check is a failure, and a reward file can only lower the
+  result (``graders``).
 - **Nothing outlives the run.** Right after the test command every other process of the fork is killed
   (``KILL_STRAYS``: ``kill -KILL -1`` from the fork's shell, bwrap sandboxes only) and again before the
   reports are read; a report that is not a regular file (a symlink to something the agent wrote) makes
@@ -47,20 +56,23 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
 What is *not* guaranteed:
 
 - Code that the task's tests themselves run (the module under test they import, a script they execute)
-  runs with the verifier's rights, by the task's design: during the run it can patch the objects its own
-  checks call, or write ``/logs/verifier`` (whose path is fixed by the Harbor convention) before the runner
-  writes its report last. Against such code the defences above bound the damage (it cannot run before the
-  tests or outlive the run), but two forgeries remain open and are kept as ``xfail`` cases in the red-team
-  suite (``tests/grading/test_redteam.py``): patching the runner's own functions from inside its process,
-  and a process it forks that rewrites the report in the moment between the runner writing it and the
-  kill. Closing them needs the checks to run in a process separate from the one writing the report, with
-  a channel the code under test cannot write.
+  runs with the verifier's rights, by the task's design, in the same process as the checks that call it:
+  it can make them pass without solving anything (return an object equal to everything, replace the
+  test functions' code, write passing outcomes into the test process's pipe). Those forgeries are kept as
+  strict ``xfail`` cases in the red-team suite (``tests/grading/test_redteam.py``, ``KNOWN_GAPS``);
+  closing them needs the checks to run in the trusted process with the code under test behind a proxy
+  of plain data.
+- Without Landlock (Linux < 6.12 lacks signal scoping, < 5.19 all of it) the test process can still
+  write ``/tests``, signal the runner (``SIGKILL`` it after planting a report) and reach the shells above
+  it through ``/proc`` (``/proc/PID/fd``, ptrace); outside a bwrap sandbox, processes the tests started
+  outlive the runner there. The runner says so on stderr (the verifier log).
 - A task whose declared ``PATH`` adds a directory the agent can write (an image's virtualenv in the
   workdir, ``/workspace/.venv/bin``) runs the programs found only there (``python`` where the system has
   only ``python3``) from it, after the system directories.
 - ``python3 -m pytest`` puts its working directory first on ``sys.path`` (pytest's own semantics; the
-  tests of such a task import the workdir's modules that way), so there the workdir can shadow the stdlib.
-  The bundled tasks use ``junit_runner.py``, which does not.
+  tests of such a task import the workdir's modules that way), so there the workdir can shadow the stdlib,
+  and pytest writes the report from the process that imports the code under test (none of the runner's
+  process split). The bundled tasks use ``junit_runner.py``.
 - A sandbox whose system directories (``/usr``) are writable by the agent (a task run in its image as
   root, ``sandbox.task_images``: the overlay lets root write them, as a container does) can replace the
   interpreter itself in the state the verifier forks; host-userland bwrap sandboxes mount them read-only.
@@ -74,9 +86,10 @@ What is *not* guaranteed:
   when the task ships no pytest configuration there (``PYTEST_CONFIGS``), which ends the search. A task that
   ships only a ``tox.ini`` / ``setup.cfg`` / ``pyproject.toml`` without a pytest section in ``tests/`` is
   searched past it, as pytest does; a test command whose paths are not all under ``/tests`` (``pytest`` run
-  in the workdir) reads the workdir's configuration by the task's design. In the ``uv run`` shape uv discovers a ``pyproject.toml`` the agent
-  left in the workdir or above it and installs that project's dependencies (uv 0.9 has no variable to turn
-  project discovery off); ``uvx`` (``uv tool run``), the usual TB2 shape, reads no project.
+  in the workdir) reads the workdir's configuration by the task's design. In the ``uv run`` shape uv
+  discovers a ``pyproject.toml`` the agent left in the workdir or above it and installs that project's
+  dependencies (uv 0.9 has no variable to turn project discovery off); ``uvx`` (``uv tool run``), the usual
+  TB2 shape, reads no project.
 
 The run has its own timeout: a hung verifier yields ``timed_out`` and never stalls training.
 """
