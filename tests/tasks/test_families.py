@@ -94,6 +94,22 @@ def test_stale_directory_is_rewritten(tmp_path):
     assert load_task(paths[0]).instruction != "tampered"
 
 
+@pytest.mark.unit
+def test_a_directory_an_older_layout_wrote_is_rewritten_with_git_installed(tmp_path):
+    """Layout 1 wrote git tasks whose images lacked git: their manifests (no "layout") must not be reused."""
+    import json
+
+    paths = write_tasks(1, tmp_path, seed=0, families=["git-commit-file"])
+    dockerfile = paths[0] / "environment" / "Dockerfile"
+    assert "apt-get install -y --no-install-recommends git" in dockerfile.read_text()
+    dockerfile.write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")  # what layout 1 wrote, roughly
+    manifest = json.loads((tmp_path / "generated.json").read_text())
+    del manifest["layout"]
+    (tmp_path / "generated.json").write_text(json.dumps(manifest))
+    write_tasks(1, tmp_path, seed=0, families=["git-commit-file"])
+    assert "apt-get install -y --no-install-recommends git" in dockerfile.read_text()
+
+
 @pytest.fixture(scope="module")
 def gate_reports(tmp_path_factory):
     """Gates 1 (the reference solves it) and 6 (do-nothing, empty and placeholder outputs score 0), in bwrap."""
