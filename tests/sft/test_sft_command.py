@@ -51,7 +51,9 @@ def _task_dir(split: str, task_id: str) -> str:
     return str(next(t for t in bundled_tasks(split) if t.id == task_id).path)
 
 
-def test_sft_trains_and_checkpoints_in_the_rl_format(tmp_path):
+def test_sft_trains_checkpoints_resumes_and_a_second_pass_trains_from_the_first(tmp_path):
+    """One run, then what can follow it: --resume (nothing repeated), a plain rerun (refused), and `sft.passes`
+    added with --resume (a run killed between passes continues); one oracle set and first pass serve all three."""
     config = _config(tmp_path, [_task_dir("train", "text-uppercase"), _task_dir("train", "text-head-lines")])
     result = CliRunner().invoke(app, ["sft", "-c", config])
     assert result.exit_code == 0, result.output
@@ -75,6 +77,18 @@ def test_sft_trains_and_checkpoints_in_the_rl_format(tmp_path):
     # without --resume the finished run is never overwritten
     fresh = CliRunner().invoke(app, ["sft", "-c", config])
     assert fresh.exit_code == 2 and "pass --resume to continue it or set sft.run_dir" in fresh.output
+    # a second pass added to the finished run: it continues from the first pass, which is not run again
+    second = [f"sft.passes=[{{tasks = {json.dumps([_task_dir('train', 'text-head-lines')])}, lr = 1e-3}}]"]
+    first = (run / "model").resolve()
+    result = CliRunner().invoke(app, ["sft", "-c", config, *second, "--resume"])
+    assert result.exit_code == 0, result.output
+    final = (run / "model").resolve()
+    assert final.parent == (run / "pass-2" / "checkpoints").resolve() and (final / "model.safetensors").exists()
+    assert [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] == rows
+    assert json.loads((run / "pass-2" / "sft_config.json").read_text())["sft"]["init_from"] == str(first)
+    assert (run / "pass-2" / "metrics.jsonl").read_text().count("\n") >= 1
+    before, after = load_policy(str(first)).state_dict(), load_policy(str(final)).state_dict()
+    assert any((before[k] - after[k]).abs().max() > 0 for k in before)
 
 
 def test_heldout_tasks_are_refused(tmp_path):
@@ -108,25 +122,6 @@ def test_sft_resume_without_a_checkpoint_stops_before_the_oracle_replays(tmp_pat
     assert result.exit_code == 2, result.output
     assert result.output.strip() == f"CheckpointError: no checkpoint under {tmp_path / 'run' / 'checkpoints'}; start without --resume"
     assert not (tmp_path / "run").exists()
-
-
-def test_a_second_pass_trains_from_the_first_and_model_links_its_checkpoint(tmp_path):
-    """`sft.passes`: a run killed between passes (here: run without them) continues with --resume."""
-    config = _config(tmp_path, [_task_dir("train", "text-uppercase")])
-    second = [f"sft.passes=[{{tasks = {json.dumps([_task_dir('train', 'text-head-lines')])}, lr = 1e-3}}]"]
-    assert CliRunner().invoke(app, ["sft", "-c", config]).exit_code == 0
-    run = tmp_path / "run"
-    first = (run / "model").resolve()
-    first_rows = (run / "metrics.jsonl").read_text()
-    result = CliRunner().invoke(app, ["sft", "-c", config, *second, "--resume"])
-    assert result.exit_code == 0, result.output
-    final = (run / "model").resolve()
-    assert final.parent == (run / "pass-2" / "checkpoints").resolve() and (final / "model.safetensors").exists()
-    assert (run / "metrics.jsonl").read_text() == first_rows  # the first pass is not run again
-    assert json.loads((run / "pass-2" / "sft_config.json").read_text())["sft"]["init_from"] == str(first)
-    assert (run / "pass-2" / "metrics.jsonl").read_text().count("\n") >= 1
-    before, after = load_policy(str(first)).state_dict(), load_policy(str(final)).state_dict()
-    assert any((before[k] - after[k]).abs().max() > 0 for k in before)
 
 
 def test_a_later_pass_with_heldout_tasks_is_refused_before_the_first_pass(tmp_path):

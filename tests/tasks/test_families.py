@@ -94,15 +94,41 @@ def test_stale_directory_is_rewritten(tmp_path):
     assert load_task(paths[0]).instruction != "tampered"
 
 
+@pytest.mark.unit
+def test_a_directory_an_older_layout_wrote_is_rewritten_with_git_installed(tmp_path):
+    """Layout 1 wrote git tasks whose images lacked git: their manifests (no "layout") must not be reused."""
+    import json
+
+    paths = write_tasks(1, tmp_path, seed=0, families=["git-commit-file"])
+    dockerfile = paths[0] / "environment" / "Dockerfile"
+    assert "apt-get install -y --no-install-recommends git" in dockerfile.read_text()
+    dockerfile.write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")  # what layout 1 wrote, roughly
+    manifest = json.loads((tmp_path / "generated.json").read_text())
+    del manifest["layout"]
+    (tmp_path / "generated.json").write_text(json.dumps(manifest))
+    write_tasks(1, tmp_path, seed=0, families=["git-commit-file"])
+    assert "apt-get install -y --no-install-recommends git" in dockerfile.read_text()
+
+
+# tasks validated at once: their sandboxes wait on processes much of the time, so on 2 cores 3 at once take
+# about half the time of one by one (gates 1 and 6 have no time limit that contention could break)
+CONCURRENT_TASKS = 3
+
+
 @pytest.fixture(scope="module")
 def gate_reports(tmp_path_factory):
     """Gates 1 (the reference solves it) and 6 (do-nothing, empty and placeholder outputs score 0), in bwrap."""
     paths = write_tasks(1, tmp_path_factory.mktemp("generated"), seed=11)
 
     async def run():
-        backend = make_backend(SandboxConfig())
+        backend, slots = make_backend(SandboxConfig()), asyncio.Semaphore(CONCURRENT_TASKS)
+
+        async def one(path):
+            async with slots:
+                return path.name, await validate_task(load_task(path), backend, GatesConfig(), gates=[1, 6])
+
         try:
-            return {p.name: await validate_task(load_task(p), backend, GatesConfig(), gates=[1, 6]) for p in paths}
+            return dict(await asyncio.gather(*(one(p) for p in paths)))
         finally:
             await backend.close()
 

@@ -2,6 +2,8 @@
 
 One spawn (module fixture) runs every distributed scenario; the tests compare its results in this process. A
 second spawn resumes its sharded checkpoint the way ``fireflash train --resume`` does on the Ray backend.
+The all-stale step of test_stale_steps.py (issue 25) runs in the first spawn too: a spawn of 2 ranks costs
+~25 s of process start-up, more than its scenario.
 """
 
 import copy
@@ -16,6 +18,7 @@ from test_trainer import VOCAB, _groups, _trainer
 from fireflash.models import build_tiny_model, build_tiny_tokenizer, load_policy
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.ray_actors import TrainerWorker, build_trainer
+from fireflash.training.batch import AllTokensStale
 from fireflash.training.checkpoint import resume_model_dir
 from fireflash.training.config import TrainerConfig
 from fireflash.training.fsdp import (
@@ -78,7 +81,24 @@ def _ranks(rank, world_size, port, out):
     result["sharded_uninterrupted"] = _full_state(sharded)
     if rank == 0:
         torch.save(result, out / "result.pt")
+    _stale_step(rank, device, out)
     leave_trainer_group()
+
+
+def _stale_step(rank, device, out):
+    """A real step, then one whose every token is stale (issue 25): every rank must refuse it, changing nothing."""
+    objective = ObjectiveConfig(loss_floor_tokens=8, max_staleness=0)  # version 0's turns are stale at version 1
+    trainer = FSDPTrainer(build_tiny_model(VOCAB), None, TrainerConfig(**CFG), objective, 1.0, device=device)
+    trainer.train_step(_groups(build_tiny_model(VOCAB), seed=1))
+    before = (trainer.state_dict(), copy.deepcopy(trainer.optimizer.state_dict()["state"]))  # this rank's shard
+    try:
+        trainer.train_step(_groups(build_tiny_model(VOCAB), seed=2, version=0))
+        raised = None
+    except AllTokensStale as e:
+        raised = str(e)
+    after = (trainer.state_dict(), copy.deepcopy(trainer.optimizer.state_dict()["state"]))
+    torch.save({"raised": raised, "before": before, "after": after, "progress": (trainer.step, trainer.weight_version)},
+               out / f"stale-rank{rank}.pt")
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +183,23 @@ def test_sharded_checkpoint_restores_weights_and_optimizer(fsdp_run):
     a, b = fsdp_run["sharded_pair"]
     for name in a:
         torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_an_all_stale_step_is_skipped_by_every_fsdp_rank(fsdp_run):
+    for rank in (0, 1):
+        result = torch.load(fsdp_run["out"] / f"stale-rank{rank}.pt", weights_only=False)
+        assert result["raised"] and "rl.max_staleness=0" in result["raised"], rank
+        assert result["progress"] == (1, 1)
+        (weights_before, optimizer_before), (weights_after, optimizer_after) = result["before"], result["after"]
+        assert weights_before.keys() == weights_after.keys()
+        for k, v in weights_after.items():
+            assert torch.equal(weights_before[k], v), (rank, k)
+        assert optimizer_before.keys() == optimizer_after.keys() and optimizer_before
+        for i, s in optimizer_before.items():  # DTensor shards: compare this rank's local part
+            for key, value in s.items():
+                a = value.to_local() if hasattr(value, "to_local") else value
+                b = optimizer_after[i][key]
+                assert torch.equal(a, b.to_local() if hasattr(b, "to_local") else b), (rank, i, key)
 
 
 def test_needs_a_process_group():

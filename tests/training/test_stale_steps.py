@@ -2,7 +2,8 @@
 
 The loss masks tokens more than ``max_staleness`` versions behind, so such a step has no gradient; AdamW would
 still move the weights by its momentum and the version would go up. Both trainers refuse it before any state
-changes (``AllTokensStale``, a ``NoSampledTokens``); on FSDP2 every rank refuses it.
+changes (``AllTokensStale``, a ``NoSampledTokens``); on FSDP2 every rank refuses it
+(test_fsdp.py's ``test_an_all_stale_step_is_skipped_by_every_fsdp_rank``, in that file's shared spawn).
 """
 
 import copy
@@ -15,7 +16,6 @@ from fireflash.models import build_tiny_model
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.training.batch import AllTokensStale, NoSampledTokens, count_fresh_tokens
 from fireflash.training.config import TrainerConfig
-from fireflash.training.fsdp import FSDPTrainer, init_trainer_group, leave_trainer_group, spawn_ranks
 from fireflash.training.trainer import Trainer
 
 pytestmark = pytest.mark.unit
@@ -60,37 +60,3 @@ def test_an_all_stale_step_changes_no_weight_no_optimizer_state_and_no_version()
     # one fresh group among stale ones is enough to step
     trainer.train_step(_groups(model, seed=2, version=0) + _groups(model, seed=3, version=1))
     assert (trainer.step, trainer.weight_version) == (2, 2)
-
-
-def _ranks(rank, world_size, port, out):
-    torch.set_num_threads(1)
-    device = init_trainer_group(rank, world_size, "127.0.0.1", port, timeout_sec=60)
-    trainer = FSDPTrainer(build_tiny_model(VOCAB), None, TrainerConfig(**CFG), OBJECTIVE, 1.0, device=device)
-    trainer.train_step(_groups(build_tiny_model(VOCAB), seed=1))
-    before = (trainer.state_dict(), _optimizer_state(trainer))  # full weights on rank 0; this rank's shard
-    try:
-        trainer.train_step(_groups(build_tiny_model(VOCAB), seed=2, version=0))
-        raised = None
-    except AllTokensStale as e:
-        raised = str(e)
-    after = (trainer.state_dict(), _optimizer_state(trainer))
-    torch.save({"raised": raised, "before": before, "after": after, "progress": (trainer.step, trainer.weight_version)},
-               out / f"rank{rank}.pt")
-    leave_trainer_group()
-
-
-def test_an_all_stale_step_is_skipped_by_every_fsdp_rank(tmp_path):
-    spawn_ranks(_ranks, world_size=2, args=(tmp_path,), timeout_sec=90)
-    for rank in (0, 1):
-        result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
-        assert result["raised"] and "rl.max_staleness=0" in result["raised"], rank
-        assert result["progress"] == (1, 1)
-        (weights_before, optimizer_before), (weights_after, optimizer_after) = result["before"], result["after"]
-        assert weights_before.keys() == weights_after.keys()
-        for k, v in weights_after.items():
-            assert torch.equal(weights_before[k], v), (rank, k)
-        for i, s in optimizer_before.items():  # DTensor shards: compare this rank's local part
-            for key, value in s.items():
-                a = value.to_local() if hasattr(value, "to_local") else value
-                b = optimizer_after[i][key]
-                assert torch.equal(a, b.to_local() if hasattr(b, "to_local") else b), (rank, i, key)

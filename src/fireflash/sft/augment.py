@@ -34,10 +34,12 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fireflash.protocols import Task
+from fireflash.sandbox.config import SandboxConfig
 
 COPY_SEPARATOR = "~r"  # copy k of task T is the task directory (and id) "T~rk"
 MANIFEST = "augmented.json"  # what a directory of copies was written for (tasks, copies per task)
@@ -283,10 +285,12 @@ def augment_task(task: Task, copy_index: int, out_root: Path) -> Path | None:
     return target
 
 
-def augment_tasks(tasks: list[Task], copies: int, out_dir: Path) -> list[Task]:
+def augment_tasks(tasks: list[Task], copies: int, out_dir: Path, sandbox: SandboxConfig | None = None,
+                  say: Callable[[str], None] = print) -> list[Task]:
     """``copies`` renamed copies of each task under ``out_dir``, loaded; written once and reused on rerun.
 
-    A task with nothing to rename gets no copy; ``copies == 0`` writes nothing and returns [].
+    A task with nothing to rename gets no copy; ``copies == 0`` writes nothing and returns []. ``sandbox`` and
+    ``say``: as for ``tasks.loader.load_task`` (a copy that runs in its image gets its own, renamed, image).
 
     Raises:
         fireflash.tasks.TaskLoadError: a copy does not load (a bug in the renaming rules).
@@ -312,7 +316,7 @@ def augment_tasks(tasks: list[Task], copies: int, out_dir: Path) -> list[Task]:
             f"{out_dir}: written for other tasks or another sft.augment_copies than now ({copies}); "
             f"delete {out_dir} and {out_dir.parent / 'oracle'} to rebuild both, or set sft.run_dir to a new directory"
         )
-    loaded, errors = load_tasks([str(out_dir)])
+    loaded, errors = load_tasks([str(out_dir)], sandbox, say)
     if errors:
         raise TaskLoadError(f"{len(errors)} augmented task(s) failed to load:\n" + "\n".join(errors))
     return loaded

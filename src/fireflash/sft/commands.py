@@ -18,6 +18,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,17 +30,25 @@ from rich.progress import (
 
 from fireflash.config import FireFlashConfig
 from fireflash.protocols import Task
+from fireflash.sandbox.config import SandboxConfig
 from fireflash.sft.config import SFTConfig
 from fireflash.tasks.loader import HeldoutLeak, check_not_heldout
 
 console = Console()
 
 
-def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks") -> tuple[list[Task], list[Task]]:
+def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks",
+              sandbox: SandboxConfig | None = None) -> tuple[list[Task], list[Task]]:
     """The tasks of ``s.tasks`` (held-out ones refused) and their ``s.augment_copies`` renamed copies.
 
     Copies are written once to ``run_dir/augmented/`` and reused on rerun, like the oracle set. Generated
-    tasks (``generated:N``) are not copied: their names are drawn at random already.
+    tasks (``generated:N``) are not copied: their names are drawn at random already. A task that does not
+    load is skipped with its error printed (the error names the task and, for one that needs its image
+    under ``sandbox.task_images = 'never'``, that field).
+
+    Args:
+        sandbox: ``sandbox.task_images`` places each task and copy on the host's userland or in its image
+            (built now if needed), as ``fireflash train`` and ``eval`` do (issue 26); None: host userland only.
 
     Raises:
         HeldoutLeak: a task belongs to the held-out split.
@@ -48,12 +57,17 @@ def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks") -> tuple[li
     from fireflash.tasks.families import ID_PREFIX as GENERATED_PREFIX
     from fireflash.tasks.loader import load_tasks
 
-    tasks, errors = load_tasks(s.tasks)
+    tasks, errors = load_tasks(s.tasks, sandbox, _say)
     for e in errors:
-        console.print(f"[yellow]skipped[/] {e}")
+        console.print(f"[yellow]skipped[/] {escape(e)}")
     check_not_heldout(tasks, field)
     hand_written = [t for t in tasks if not t.id.startswith(GENERATED_PREFIX)]
-    return tasks, augment_tasks(hand_written, s.augment_copies, run_dir / "augmented")
+    return tasks, augment_tasks(hand_written, s.augment_copies, run_dir / "augmented", sandbox, _say)
+
+
+def _say(text: str) -> None:
+    """One plain line (an image built, a base substituted): build output holds brackets, never markup."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _progress() -> Progress:
@@ -162,7 +176,7 @@ def _run_pass(cfg: FireFlashConfig, run_dir: Path, resume: bool, field: str = "s
     s = cfg.sft
     ckpt_root = run_dir / "checkpoints"
     run_dir.mkdir(parents=True, exist_ok=True)
-    tasks, copies = sft_tasks(cfg.sft, run_dir, field)
+    tasks, copies = sft_tasks(cfg.sft, run_dir, field, cfg.sandbox)
     asyncio.run(build_oracle(cfg, tasks + copies, run_dir / "oracle"))
     trajectories = load_oracle(run_dir / "oracle")
     if copies:

@@ -1024,6 +1024,8 @@ allow_internet = false
 """
 _GIT_IDENTITY = ('ENV GIT_AUTHOR_NAME="FireFlash" GIT_AUTHOR_EMAIL="tasks@fireflash.invalid" '
                  'GIT_COMMITTER_NAME="FireFlash" GIT_COMMITTER_EMAIL="tasks@fireflash.invalid"')
+# python:3.11-slim has no git; the host's userland skips an install of what it has (tasks/dockerfile.py)
+_INSTALL_GIT = "RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*"
 _TEST_SH = """#!/bin/bash
 # The sandbox's python3 may lack pytest: the bundled stdlib runner runs the checks and writes JUnit XML.
 cd /app || exit 1
@@ -1043,7 +1045,8 @@ def write_task(task_id: str, spec: TaskSpec, out_dir: Path) -> Path:
         for path in (tmp / "environment" / "app" / rel, tmp / "tests" / "data" / rel):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-    docker = ["FROM python:3.11-slim-bookworm", "WORKDIR /app"] + ([_GIT_IDENTITY] if spec.git else [])
+    docker = ["FROM python:3.11-slim-bookworm"] + ([_INSTALL_GIT, "WORKDIR /app", _GIT_IDENTITY] if spec.git
+                                                    else ["WORKDIR /app"])
     docker += ["COPY app/ /app/"] + [f"RUN {line}" for line in spec.setup]
     (tmp / "environment" / "Dockerfile").write_text("\n".join(docker) + "\n")
     (tmp / "instruction.md").write_text(spec.instruction + "\n")
@@ -1058,6 +1061,7 @@ def write_task(task_id: str, spec: TaskSpec, out_dir: Path) -> Path:
 
 
 MANIFEST = "generated.json"
+LAYOUT = 2  # what write_task writes besides the specs (2: git installed in git tasks' images); a change rewrites
 
 
 def write_tasks(per_family: int, out_dir: Path, seed: int = 0, families: Sequence[str] = ()) -> list[Path]:
@@ -1066,7 +1070,7 @@ def write_tasks(per_family: int, out_dir: Path, seed: int = 0, families: Sequenc
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = out_dir / MANIFEST
     digest = hashlib.sha256(json.dumps([(i, asdict(s)) for i, s in pairs], sort_keys=True).encode()).hexdigest()
-    want = {"per_family": per_family, "seed": seed, "digest": digest}
+    want = {"per_family": per_family, "seed": seed, "digest": digest, "layout": LAYOUT}
     if manifest.is_file() and json.loads(manifest.read_text()) == want:
         return [out_dir / task_id for task_id, _ in pairs]
     paths = [write_task(task_id, spec, out_dir) for task_id, spec in pairs]
