@@ -65,12 +65,16 @@ def test_steps_advance_versions_and_drop_zero_signal_groups(task, setup, tmp_pat
 
 
 def test_wall_limit_stops_even_with_groups_queued(task, setup, tmp_path):
-    # each step outlasts the limit, while the workers keep queueing groups: the run stops after one step
+    # the first step lasts until past the limit, while the workers keep queueing groups: the run stops after
+    # one step. The limit leaves the first batch 10 s (a 3 s one was missed under CI load: the run then stopped
+    # before any step, which says nothing about a step outlasting it); a step sleeps as long as the limit, so
+    # the first one ends past it.
     trainer = setup[1]()
     train_step = trainer.train_step
-    trainer.train_step = lambda groups, **kw: (time.sleep(3.0), train_step(groups, **kw))[1]
-    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: a < 2, steps=5, trainer=trainer, max_wall_sec=3.0,
-                                checkpoint_every_steps=10)
+    limit = 10.0
+    trainer.train_step = lambda groups, **kw: (time.sleep(limit), train_step(groups, **kw))[1]
+    runtime, backend = _runtime(task, setup, tmp_path, lambda g, a: a < 2, steps=5, trainer=trainer,
+                                max_wall_sec=limit, checkpoint_every_steps=10)
     asyncio.run(_run(runtime, backend))
     assert runtime.stopped_at_wall_limit and runtime.trainer.step == 1
     # the step taken since the last periodic checkpoint is saved on the way out
