@@ -74,6 +74,12 @@ def test_root_inside_is_an_unprivileged_host_uid_with_a_containers_capabilities(
     assert r.preview.split() == ["0", "CapEff:", ROOT_CAPS_HEX, "CapBnd:", ROOT_CAPS_HEX, "NoNewPrivs:", "1"]
 
 
+def test_localhost_resolves_offline_as_in_a_container(run, sandbox):
+    # the exported image's /etc/hosts is the empty placeholder podman mounted over; TB2 tests use localhost
+    r = sh(run, sandbox, "getent hosts localhost; python3 -c \"import socket; print(socket.gethostbyname('localhost'))\"")
+    assert r.exit_code == 0 and r.preview.split()[-1] == "127.0.0.1" and "localhost" in r.preview, r.preview
+
+
 def test_root_installs_a_package_into_its_overlay_not_the_image_or_host(run, backend, env, sandbox):
     r = sh(run, sandbox, DEB + "apt-get install -y -q /tmp/ff-hello.deb >/tmp/apt.log 2>&1 || cat /tmp/apt.log\n"
            "ff-hello; dpkg -s ff-hello | grep ^Status; ls -ln /usr/bin/ff-hello | cut -d' ' -f3,4")

@@ -14,7 +14,7 @@ import pytest
 from fireflash.sandbox import SandboxConfig, linux
 from fireflash.sandbox.errors import SandboxError
 from fireflash.sandbox.identity import ROOT_CAPS, image_identity
-from fireflash.sandbox.layers import build_image_skeleton, build_task_layer
+from fireflash.sandbox.layers import LOOPBACK_HOSTS, build_image_skeleton, build_task_layer
 from fireflash.sandbox.rootfs import IMAGE_IDS, host_ids_in_range, shift_ownership
 
 BASE = 1_000_000_000
@@ -101,6 +101,30 @@ def test_image_skeleton_adds_only_missing_mount_points_and_keeps_the_images_attr
     st = os.stat(skel / "opt")  # the image's /opt keeps its owner and mode in the merged view
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (BASE + 7, 0o750)
     assert os.stat(skel / "data").st_uid == BASE
+
+
+def test_image_skeleton_gives_an_empty_or_missing_etc_hosts_a_containers_localhost(tmp_path):
+    # an exported image keeps the empty /etc/hosts its engine mounted over: "localhost" must still resolve
+    rootfs = tmp_path / "rootfs"
+    for name in ("proc", "dev", "tmp", "etc"):
+        (rootfs / name).mkdir(parents=True)
+    os.chown(rootfs / "etc", BASE, BASE)
+    os.chmod(rootfs / "etc", 0o751)
+    (rootfs / "etc" / "hosts").write_bytes(b"")
+    assert build_image_skeleton(tmp_path / "skel", rootfs, [], BASE, BASE)
+    hosts = tmp_path / "skel" / "etc" / "hosts"
+    assert hosts.read_bytes() == LOOPBACK_HOSTS and b"127.0.0.1\tlocalhost" in LOOPBACK_HOSTS
+    assert (os.stat(hosts).st_uid, stat.S_IMODE(os.stat(hosts).st_mode)) == (BASE, 0o644)
+    st = os.stat(tmp_path / "skel" / "etc")  # the image's /etc keeps its owner and mode in the merged view
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (BASE, 0o751)
+    (rootfs / "etc" / "hosts").unlink()  # missing: the same
+    assert build_image_skeleton(tmp_path / "skel2", rootfs, [], BASE, BASE)
+    assert (tmp_path / "skel2" / "etc" / "hosts").read_bytes() == LOOPBACK_HOSTS
+    (rootfs / "etc" / "hosts").write_text("10.0.0.1 db\n")  # the image's own entries are kept, untouched
+    assert not build_image_skeleton(tmp_path / "skel3", rootfs, [], BASE, BASE)
+    (rootfs / "etc" / "hosts").unlink()
+    (rootfs / "etc" / "hosts").symlink_to("/run/hosts")  # a link is the image's choice too
+    assert not build_image_skeleton(tmp_path / "skel4", rootfs, [], BASE, BASE)
 
 
 def test_task_layer_over_an_image_keeps_the_images_directories(tmp_path):

@@ -7,7 +7,8 @@ A sandbox's files are ``upper (its own, writable) + lowers (read-only, shared)``
     snapshot   a copy of a sandbox's upper dir, taken when it is forked          (one per fork point)
 
 or, for a task that runs in its image, ``upper + snapshots + task (when it has a files dir) + image
-skeleton (mount points the image lacks, when any) + the image's rootfs`` (rootfs.py; never deleted here).
+skeleton (mount points the image lacks and, when its own is empty, a container's /etc/hosts) + the
+image's rootfs`` (rootfs.py; never deleted here).
 
 A fork stacks a snapshot of its parent's upper on the parent's lowers, so forking an attempt (for
 grading) is as cheap as forking the task's parent, and the child never sees the parent's later writes.
@@ -63,21 +64,35 @@ def build_skeleton(path: Path, uid: int, gid: int, home: str, mount_points: list
     os.chown(path, uid, gid)  # the sandbox's "/": its user may create top-level dirs (/tests, /solution)
 
 
+# What a container engine writes into every container's /etc/hosts (docker, podman): an exported image
+# keeps only the empty placeholder the engine mounted over, so without it "localhost" does not resolve
+# offline (Terminal-Bench tests fetch http://localhost:8080, ssh git@localhost, ...).
+LOOPBACK_HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
 def build_image_skeleton(path: Path, rootfs: Path, mount_points: list[str], uid: int, gid: int) -> bool:
-    """Create the mount points (``/proc``, ``/dev``, ``/tmp`` and ``mount_points``) that ``rootfs`` lacks.
+    """Create the mount points (``/proc``, ``/dev``, ``/tmp`` and ``mount_points``) that ``rootfs`` lacks,
+    and the ``/etc/hosts`` a container engine would give it (``LOOPBACK_HOSTS``) when the image's is missing
+    or empty (issue 26: a container's "localhost" resolves; an image's own non-empty hosts file is kept).
 
     A directory the rootfs already has keeps its owner and mode here too: in an overlay the highest layer
-    holding a directory gives it its attributes. New ones belong to ``uid:gid`` (the image's root).
+    holding a directory gives it its attributes. New ones belong to ``uid:gid`` (the image's root), as does
+    the hosts file (mode 0644).
 
     Returns:
         False (and creates nothing) when the rootfs has them all.
     """
     wanted = ["/proc", "/dev", "/tmp", *mount_points]
     missing = [p for p in wanted if not os.path.lexists(rootfs / p.lstrip("/"))]
-    if not missing:
+    hosts = rootfs / "etc" / "hosts"
+    # a symlinked hosts file (e.g. into /run) is the image's choice: left alone, as is an image without /etc
+    need_hosts = (rootfs / "etc").is_dir() and not (rootfs / "etc").is_symlink() and (
+        not os.path.lexists(hosts) or (hosts.is_file() and not hosts.is_symlink() and hosts.stat().st_size == 0)
+    )
+    if not missing and not need_hosts:
         return False
     path.mkdir(parents=True)
-    for point in missing:
+    for point in missing + (["/etc"] if need_hosts else []):
         rel = Path(point.lstrip("/"))
         for depth in range(1, len(rel.parts) + 1):
             part = Path(*rel.parts[:depth])
@@ -92,6 +107,10 @@ def build_image_skeleton(path: Path, rootfs: Path, mount_points: list[str], uid:
             else:
                 os.chown(path / part, uid, gid)
                 os.chmod(path / part, 0o1777 if str(part) == "tmp" else 0o755)
+    if need_hosts:
+        (path / "etc" / "hosts").write_bytes(LOOPBACK_HOSTS)
+        os.chown(path / "etc" / "hosts", uid, gid)
+        os.chmod(path / "etc" / "hosts", 0o644)
     return True
 
 
