@@ -183,6 +183,9 @@ def test_base_image_entries_extend_the_built_in_map():
     assert cfg.base_images["ubuntu:22.04"] == "localhost/fireflash/debian:bookworm"
     assert cfg.base_images["ubuntu:24.04"] == ""  # dropped: that base is never substituted
     assert base_map(SandboxConfig(base_images={"docker.io/library/alpine": "a"}))["alpine:latest"] == "a"
+    # Debian point releases (Terminal-Bench 2's build-pmars is FROM debian:13.0-slim) map to their release's base
+    assert cfg.base_images["debian:13.0-slim"] == "localhost/fireflash/debian:trixie"
+    assert cfg.base_images["debian:12.5"] == "localhost/fireflash/debian:bookworm"
 
 
 # --- which tasks run in their image (tasks/environments.py, sandbox.task_images) ---------------------------

@@ -10,7 +10,10 @@ DEFAULT_BASE_IMAGES: dict[str, str] = {
     **{f"ubuntu:{t}": TRIXIE for t in ("24.04", "noble", "latest", "rolling", "25.04", "25.10")},
     **{f"ubuntu:{t}": BOOKWORM for t in ("22.04", "jammy", "20.04", "focal")},
     **{f"debian:{t}{s}": BOOKWORM for t in ("bookworm", "12") for s in ("", "-slim")},
-    **{f"debian:{t}{s}": TRIXIE for t in ("trixie", "13", "stable") for s in ("", "-slim")},
+    **{f"debian:{t}{s}": BOOKWORM for t in ("12.0", "12.1", "12.2", "12.4", "12.5", "12.6", "12.7", "12.8", "12.9",
+                                             "12.10", "12.11") for s in ("", "-slim")},
+    # point releases too: Terminal-Bench 2's build-pmars is FROM debian:13.0-slim
+    **{f"debian:{t}{s}": TRIXIE for t in ("trixie", "13", "stable", "13.0", "13.1", "13.2") for s in ("", "-slim")},
     "debian:latest": TRIXIE,
     **{f"python:3.{v}{s}": PYTHON_313 for v in (12, 13) for s in ("", "-slim", "-slim-trixie", "-trixie",
                                                                    "-slim-bookworm", "-bookworm")},
