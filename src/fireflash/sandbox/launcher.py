@@ -193,8 +193,11 @@ def main(procs_files: list[str]) -> None:
             continue
         if child == 0:
             try:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                # exec keeps ignored signals and the mask: Python ignores SIGPIPE and SIGXFSZ at start-up, and
+                # a sandbox inheriting that made `yes | head` report EPIPE instead of dying as it does anywhere else
+                for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
                 if req["kind"] == "box":
                     _box(req, fds, host_net)
                 else:
