@@ -40,6 +40,7 @@ from pathlib import Path
 
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
+from fireflash.tasks.words import DIR_WORDS, FILE_STEMS, SCRIPT_STEMS
 
 COPY_SEPARATOR = "~r"  # copy k of task T is the task directory (and id) "T~rk"
 MANIFEST = "augmented.json"  # what a directory of copies was written for (tasks, copies per task)
@@ -50,25 +51,6 @@ RESERVED = {
     "app", "tests", "test", "data", "logs", "log", "tmp", "src", "lib", "etc", "usr", "var", "home", "root",
     "main", "master", "docs", "solution", "environment", "build", "dist", "git", "python", "python3",
 }
-# Pools are disjoint; none is a Python keyword, builtin or stdlib module (tests/sft/test_augment.py).
-FILE_STEMS = (
-    "memo", "journal", "ledger", "records", "entries", "report", "summary", "digest", "tally", "results",
-    "draft", "listing", "sample", "batch", "export", "snapshot", "catalog", "roster", "agenda", "manifest",
-    "overview", "events", "metrics", "figures", "totals", "readings", "history", "inputs", "daily_report",
-    "raw_input", "weekly_totals", "user_list", "run_output", "final_result", "audit_trail", "field_log",
-    "march_data", "backlog", "minutes", "register", "feed", "extract", "dataset", "tracker", "inbox_dump",
-)
-SCRIPT_STEMS = (
-    "runner", "process", "convert", "summarize", "analyze", "compute", "helper", "worker", "handler",
-    "checker", "tool", "utils", "do_work", "run_job", "transform", "reporter", "counter", "parser_util",
-    "formatter", "cleaner", "collector", "loader", "builder", "scanner",
-)
-DIR_WORDS = (
-    "billing", "service", "storage", "work", "vault", "staging", "shared", "incoming", "assets", "reports",
-    "jobs", "workspace", "notebook", "archive", "warehouse", "depot", "studio", "backend", "portal",
-    "uploads", "outbox", "pipeline", "toolkit", "corelib", "engine", "hub", "kit", "lab", "orders",
-    "mailroom",
-)
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _BASENAME = re.compile(r"^[A-Za-z][\w-]*((?:\.[A-Za-z0-9]+)+)$")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")

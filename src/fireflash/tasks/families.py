@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fireflash.sft.augment import DIR_WORDS, FILE_STEMS
+from fireflash.tasks.words import DIR_WORDS, FILE_STEMS
 
 ID_PREFIX = "gen-"  # generated task ids: gen-<family>-<index> (seed 0), gen-<family>-s<seed>-<index>
 _JUNIT_RUNNER = Path(__file__).resolve().parent.parent / "grading" / "junit_runner.py"
