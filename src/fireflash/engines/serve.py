@@ -8,7 +8,7 @@ weight sync over a real gloo group included.
 Run:
 
     fireflash serve smollm2-135m --port 30000 [-c CONFIG] [engine.max_batch_size=8 ...]
-    python -m fireflash.engines.serve MODEL --port 30000 [max_batch_size=8 ...]    # EngineConfig fields
+    python -m fireflash.cli.serve MODEL --port 30000 [max_batch_size=8 ...]        # EngineConfig fields
     EngineServer(engine).start() → "http://127.0.0.1:PORT"                          # in process (tests, actors)
 
 The subset of SGLang's native API it implements, with exactly the shapes ``SGLangEngine`` sends and reads:
@@ -54,7 +54,6 @@ Decisions where FireFlash engines differ from SGLang:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -631,7 +630,7 @@ def fireflash_server_command(
     host: str = "127.0.0.1",
     weight_sync_timeout_sec: float = 300.0,
 ) -> list[str]:
-    """``python -m fireflash.engines.serve`` with ``args`` as ``EngineConfig`` overrides of the served local engine,
+    """``python -m fireflash.cli.serve`` with ``args`` as ``EngineConfig`` overrides of the served local engine,
     e.g. ``{"max_batch_size": 8, "num_threads": 2}`` → ``max_batch_size=8 num_threads=2`` (None values omitted).
 
     Raises:
@@ -645,7 +644,7 @@ def fireflash_server_command(
             raise TypeError(f"fireflash server arg {key}={value!r}: dict values are not engine settings")
         overrides.append(f"{key}={json.dumps(value)}")  # a JSON scalar or list is a TOML literal too
     return [
-        sys.executable, "-m", "fireflash.engines.serve", model_path, "--host", host, "--port", str(port),
+        sys.executable, "-m", "fireflash.cli.serve", model_path, "--host", host, "--port", str(port),
         "--weight-sync-timeout-sec", str(weight_sync_timeout_sec), *overrides,
     ]
 
@@ -678,36 +677,3 @@ def launch_fireflash_server(
     """
     command = fireflash_server_command(model_path, port, args, host, weight_sync_timeout_sec)
     return start_server(command, port, timeout_sec, host=host, log_path=log_path, die_with_parent=die_with_parent)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m fireflash.engines.serve MODEL [--host H] [--port P] [FIELD=VALUE ...]`` (EngineConfig fields)."""
-    from fireflash.config import ConfigError, parse_override
-    from fireflash.engines.config import EngineConfig
-
-    parser = argparse.ArgumentParser(prog="python -m fireflash.engines.serve", description=__doc__.split("\n")[0])
-    parser.add_argument("model", help="embedded model name or HF directory")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--weight-sync-timeout-sec", type=float, default=300.0)
-    parser.add_argument("--cache-dir", default=None, help="cache root for embedded models")
-    parser.add_argument("overrides", nargs="*", help="EngineConfig fields, e.g. max_batch_size=8")
-    ns = parser.parse_intermixed_args(argv)
-    try:
-        fields = {}
-        for text in ns.overrides:
-            keys, value = parse_override(text)
-            fields[".".join(keys).removeprefix("engine.")] = value
-        cfg = EngineConfig.model_validate(fields)
-    except (ConfigError, ValidationError) as e:
-        parser.exit(2, f"fireflash serve: bad engine settings: {e}\n")
-    from fireflash.models import ModelNotFound
-
-    try:
-        serve_forever(cfg, ns.model, ns.host, ns.port, ns.cache_dir, ns.weight_sync_timeout_sec)
-    except (ModelNotFound, OSError) as e:
-        parser.exit(2, f"fireflash serve: {type(e).__name__}: {e}\n")
-
-
-if __name__ == "__main__":
-    main()
