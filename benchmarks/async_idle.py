@@ -65,7 +65,7 @@ from fireflash.protocols import (
 )
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.local import LocalRuntime
-from fireflash.runtime.tracking import MetricsWriter, read_metrics
+from fireflash.tracking import MetricsWriter, read_metrics
 
 GOAL_IDLE_SHARE = 0.10
 _REQUEST = re.compile(r"/g(\d+)/a(\d+)#\d+-turn(\d+)")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fireflash import doctor
+from fireflash.cli import doctor
 from fireflash.cli import app
 from fireflash.sandbox import host
 from fireflash.sandbox.config import SandboxConfig

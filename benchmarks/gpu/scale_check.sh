@@ -38,7 +38,7 @@ from fireflash.models import load_policy, load_tokenizer
 from fireflash.protocols import GenerateRequest, SamplingParams
 from fireflash.runtime.local import LocalRuntime
 from fireflash.sandbox import SandboxUnavailable, make_backend
-from fireflash.tasks import load_pool
+from fireflash.curation.pool import load_pool
 from fireflash.training.fsdp import FSDPTrainer, free_port, init_trainer_group_from_env
 
 model_dir, out, port, sync_backend, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])

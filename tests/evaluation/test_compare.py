@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fireflash.cli import app as cli_app
-from fireflash.evaluation.commands import app
+from fireflash.cli.evaluation import app
 from fireflash.evaluation.compare import (
     bootstrap_mean_ci,
     compare_results,
@@ -21,7 +21,7 @@ from fireflash.evaluation.compare import (
 )
 from fireflash.evaluation.results import EvalResults, TrialResult, summarize
 from fireflash.protocols import Segment, Trajectory
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 
 pytestmark = pytest.mark.unit
 

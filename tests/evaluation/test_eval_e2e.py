@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fireflash.engines.scripted import ScriptedEngine
-from fireflash.evaluation.commands import app, split_args
+from fireflash.cli.evaluation import app, split_args
 from fireflash.evaluation.cost import TokenPrices
 from fireflash.evaluation.results import EvalResults
 from fireflash.evaluation.runner import evaluate

@@ -5,9 +5,9 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from fireflash.evaluation.commands import app
+from fireflash.cli.evaluation import app
 from fireflash.evaluation.report import PANELS, panel_series, write_report
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def test_report_plots_every_panel(tmp_path):
 
 def test_drift_buckets_in_staleness_order_and_missing_steps_skipped(tmp_path):
     synthetic_run(tmp_path)
-    from fireflash.runtime.tracking import read_metrics
+    from fireflash.tracking import read_metrics
 
     rows = read_metrics(tmp_path)
     drift = panel_series(rows, next(p for p in PANELS if p.name == "drift"))

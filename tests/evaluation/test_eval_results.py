@@ -5,7 +5,7 @@ import pytest
 from fireflash.evaluation.results import EvalResults, TrialResult, markdown_tables, summarize
 from fireflash.evaluation.runner import failure_reason
 from fireflash.protocols import ErrorInfo, Score, Status, Trajectory
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
 
 pytestmark = pytest.mark.unit
 

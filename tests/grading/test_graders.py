@@ -266,7 +266,7 @@ def test_sleeping_custom_grader_returns_within_its_timeout_and_the_loop_keeps_ru
 def test_hung_custom_grader_costs_the_attempt_one_retry():
     import asyncio
 
-    from fireflash.runtime import attempts
+    from fireflash.rollout import attempts
 
     grader = IsolatedGrader(SleepyGrader(30))
 

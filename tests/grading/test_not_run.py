@@ -11,7 +11,7 @@ import pytest
 from fireflash.grading.graders import NOT_RUN, score_swe, score_tests, why_not_run
 from fireflash.grading.verifier import VerifierOutput
 from fireflash.protocols import Score
-from fireflash.tasks.context import not_run_reason
+from fireflash.curation.context import not_run_reason
 
 pytestmark = pytest.mark.unit
 

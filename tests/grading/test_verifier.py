@@ -10,7 +10,7 @@ from fireflash.grading.verifier import run_verifier
 from fireflash.protocols import GraderSpec, Task, TaskLimits
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.loader import DATA_DIR, load_task
-from fireflash.tasks.replay import replay_solution
+from fireflash.curation.replay import replay_solution
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.integration]
 

@@ -6,7 +6,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from fireflash.harness.commands import app
+from fireflash.cli.agent import app
 from fireflash.protocols import Status, Trajectory
 from fireflash.tasks.loader import DATA_DIR
 

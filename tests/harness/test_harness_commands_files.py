@@ -7,7 +7,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from fireflash.harness.commands import app
+from fireflash.cli.agent import app
 from fireflash.protocols import Sandbox, Score, Status, Task, Trajectory
 from fireflash.tasks.loader import DATA_DIR
 

@@ -6,7 +6,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from fireflash.harness.commands import app, output_paths
+from fireflash.cli.agent import app, output_paths
 from fireflash.protocols import Trajectory
 from fireflash.tasks.loader import DATA_DIR
 

@@ -27,7 +27,7 @@ from fireflash.sandbox import make_backend
 SRC = Path(fireflash.__file__).parent
 CONFIG = Path(__file__).parents[2] / "configs" / "local.toml"
 TASK_DIR = SRC / "tasks" / "data" / "train" / "text-count-lines"
-CALLERS = {"training": "runtime/local.py", "probing": "tasks/probe.py", "evaluation": "evaluation/trials.py"}
+CALLERS = {"training": "runtime/local.py", "probing": "curation/probe.py", "evaluation": "rollout/trials.py"}
 
 
 def imported_names(path: Path) -> set[str]:
@@ -37,11 +37,11 @@ def imported_names(path: Path) -> set[str]:
 
 # who calls whom: each link imports the next one down to the harness's single entry point
 CHAIN = {
-    "runtime/attempts.py": "fireflash.harness.agent.run_attempt",
-    "evaluation/trials.py": "fireflash.runtime.attempts.scored_attempt",
+    "rollout/attempts.py": "fireflash.harness.agent.run_attempt",
+    "rollout/trials.py": "fireflash.rollout.attempts.scored_attempt",
 }
-ENTRY_POINTS = {"fireflash.harness.agent.run_attempt", "fireflash.runtime.attempts.scored_attempt",
-                "fireflash.evaluation.trials.run_trials"}
+ENTRY_POINTS = {"fireflash.harness.agent.run_attempt", "fireflash.rollout.attempts.scored_attempt",
+                "fireflash.rollout.trials.run_trials"}
 
 
 @pytest.mark.unit
@@ -65,8 +65,8 @@ def test_no_second_prompt_renderer_outside_the_harness():
 
 
 # the CLI functions above the entry points the byte-identity test drives: each hands over cfg.harness untouched
-CLI_CALL_SITES = [("runtime/job.py", "_train", "LocalRuntime"), ("evaluation/commands.py", "eval_command", "evaluate"),
-                  ("evaluation/commands.py", "probe_command", "probe_tasks")]
+CLI_CALL_SITES = [("cli/train.py", "_train", "LocalRuntime"), ("cli/evaluation.py", "eval_command", "evaluate"),
+                  ("cli/evaluation.py", "probe_command", "probe_tasks")]
 
 
 @pytest.mark.unit
@@ -124,11 +124,11 @@ def graders():
 
 
 async def train(cfg, engine, tok, run_dir: Path) -> dict:
-    """``fireflash train`` (runtime/job.py ``_train``) with the tiny random model; returns the harness config
+    """``fireflash train`` (cli/train.py ``_train``) with the tiny random model; returns the harness config
     its first attempt recorded."""
     from fireflash.models import build_tiny_model
     from fireflash.runtime.local import LocalRuntime
-    from fireflash.tasks import load_pool
+    from fireflash.curation.pool import load_pool
     from fireflash.training.trainer import Trainer
 
     trainer = Trainer(build_tiny_model(len(tok), seed=0), tok, cfg.training, cfg.rl,
@@ -152,10 +152,10 @@ async def train(cfg, engine, tok, run_dir: Path) -> dict:
 
 
 async def probe(cfg, engine, tok, out: Path) -> dict:
-    """``fireflash tasks probe`` (evaluation/commands.py ``probe_command``); returns the harness config its
+    """``fireflash tasks probe`` (cli/evaluation.py ``probe_command``); returns the harness config its
     manifest recorded (probing saves no trajectories)."""
     from fireflash.tasks.loader import load_tasks
-    from fireflash.tasks.probe import probe_tasks
+    from fireflash.curation.probe import probe_tasks
 
     p, backend = cfg.tasks.probe, make_backend(cfg.sandbox)
     try:
@@ -173,7 +173,7 @@ async def probe(cfg, engine, tok, out: Path) -> dict:
 
 
 async def evaluate(cfg, engine, tok, out: Path) -> dict:
-    """``fireflash eval`` (evaluation/commands.py ``eval_command``); returns the harness config its first
+    """``fireflash eval`` (cli/evaluation.py ``eval_command``); returns the harness config its first
     trial recorded."""
     from fireflash.evaluation.runner import evaluate
     from fireflash.tasks.loader import load_tasks

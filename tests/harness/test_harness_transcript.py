@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from fireflash.harness.commands import app
+from fireflash.cli.agent import app
 from fireflash.harness.transcript import escape_controls, render_transcript
 from fireflash.protocols import ErrorInfo, Message, Status, ToolCall, Trajectory
 

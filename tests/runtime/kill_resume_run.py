@@ -5,7 +5,7 @@
 
 It builds the run as the end-to-end tests do (conftest.py: the bundled text-count-lines task in bwrap
 sandboxes, the tiny random model, a scripted engine) and resumes as ``fireflash train --resume`` does
-(runtime/job.py: load the latest checkpoint's weights into trainer and engine, restore the optimizer,
+(cli/train.py: load the latest checkpoint's weights into trainer and engine, restore the optimizer,
 RNG, step, version and data cursor). The engine replays a right or wrong command on turn 0 (attempt 0
 of each group solves, so every group has signal) and samples later turns from its own copy of the
 model, which follows the trainer's weight updates.
@@ -40,7 +40,7 @@ from fireflash.models import build_tiny_model, build_tiny_tokenizer, load_policy
 from fireflash.protocols import GenerateRequest, Group
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.local import LocalRuntime
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 from fireflash.sandbox import make_backend
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks import bundled_tasks
@@ -100,14 +100,14 @@ async def main(args: argparse.Namespace) -> dict[str, int]:
 
     # no tqdm bars: their multiprocessing lock would outlive a SIGKILLed run as a leaked-semaphore warning
     hf_logging.disable_progress_bar()
-    # the trainer thread and the engine's sampling threads each get one core's worth (runtime/job.py's
+    # the trainer thread and the engine's sampling threads each get one core's worth (cli/train.py's
     # threads_per_role): on a shared machine, spinning OpenMP pools in every thread slow each other ~10x
     torch.set_num_threads(1)
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     task = next(t for t in bundled_tasks("train") if t.id == "text-count-lines")
     tok = build_tiny_tokenizer()
-    if args.resume:  # as runtime/job.py: weights from the latest checkpoint, then the trainer state
+    if args.resume:  # as cli/train.py: weights from the latest checkpoint, then the trainer state
         ckpt = latest_checkpoint(run_dir / "checkpoints")
         policy, engine_model = load_policy(str(ckpt)), load_policy(str(ckpt))
     else:

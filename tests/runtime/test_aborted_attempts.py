@@ -17,11 +17,11 @@ import pytest
 
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.evaluation.runner import failure_reason
-from fireflash.evaluation.trials import run_trials
+from fireflash.rollout.trials import run_trials
 from fireflash.grading import make_grader
 from fireflash.protocols import GenerateRequest, GenerateResult, Status
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import ParentPool, scored_attempt
+from fireflash.rollout.attempts import ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupQueue, GroupScheduler
 from fireflash.runtime.loop import RolloutStats, settle_attempt
 from fireflash.sandbox import make_backend

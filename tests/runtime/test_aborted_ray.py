@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install 
 from fireflash.protocols import Status, Trajectory
 from fireflash.runtime.placement import Placement
 from fireflash.runtime.ray_backend import RayRuntime
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 from fireflash.tasks import bundled_tasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]

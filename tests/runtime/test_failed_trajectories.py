@@ -12,7 +12,7 @@ from fireflash.engines.sglang import SGLangEngine
 from fireflash.grading import make_grader
 from fireflash.protocols import Status, Trajectory
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import ParentPool, scored_attempt
+from fireflash.rollout.attempts import ParentPool, scored_attempt
 from fireflash.runtime.groups import GroupQueue, GroupScheduler
 from fireflash.runtime.loop import RolloutStats, settle_attempt
 from fireflash.sandbox import make_backend

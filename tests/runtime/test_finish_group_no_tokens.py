@@ -5,7 +5,7 @@ import pytest
 
 from fireflash.protocols import Score, Segment, Trajectory
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import finish_group
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ import pytest
 from fireflash.config import FireFlashConfig
 from fireflash.models import build_tiny_model, build_tiny_tokenizer
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.job import run_training
+from fireflash.cli.train import run_training
 from fireflash.training.trainer import Trainer
 
 TASK = Path(__file__).resolve().parents[2] / "src" / "fireflash" / "tasks" / "data" / "train" / "text-count-lines"

@@ -15,7 +15,7 @@ from fireflash.grading import make_grader
 from fireflash.protocols import GenerateRequest
 from fireflash.runtime.faults import FlakyBackend, FlakyEngine
 from fireflash.runtime.local import LocalRuntime
-from fireflash.runtime.tracking import MetricsWriter, read_metrics
+from fireflash.tracking import MetricsWriter, read_metrics
 from fireflash.sandbox import make_backend
 from fireflash.sandbox.config import SandboxConfig
 

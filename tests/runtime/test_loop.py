@@ -18,13 +18,13 @@ from fireflash.harness.config import HarnessConfig, SamplingConfig
 from fireflash.models import build_tiny_tokenizer
 from fireflash.protocols import Score, Segment, Task, Trajectory
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.local import LocalRuntime
 from fireflash.runtime.loop import LoopHooks, RLLoop, TrainingStalled
 from fireflash.runtime.placement import Placement
 from fireflash.runtime.ray_backend import RayRuntime
-from fireflash.runtime.tracking import MetricsWriter, read_metrics
+from fireflash.tracking import MetricsWriter, read_metrics
 from fireflash.training.batch import AllTokensStale
 
 pytestmark = pytest.mark.unit

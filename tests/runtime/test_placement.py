@@ -9,7 +9,7 @@ from fireflash.cli import app
 from fireflash.config import ConfigError, load_config
 from fireflash.engines.config import EngineConfig
 from fireflash.runtime.config import RayConfig
-from fireflash.runtime.job import describe_plan
+from fireflash.cli.train import describe_plan
 from fireflash.runtime.placement import PlacementError, plan_placement
 
 pytestmark = pytest.mark.unit

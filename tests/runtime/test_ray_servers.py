@@ -25,7 +25,7 @@ from fireflash.protocols import Trajectory  # noqa: E402
 from fireflash.runtime.placement import Placement  # noqa: E402
 from fireflash.runtime.ray_actors import RolloutParts  # noqa: E402
 from fireflash.runtime.ray_backend import RayRuntime  # noqa: E402
-from fireflash.runtime.tracking import MetricsWriter, read_metrics  # noqa: E402
+from fireflash.tracking import MetricsWriter, read_metrics  # noqa: E402
 from fireflash.tasks import bundled_tasks  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]

@@ -19,7 +19,7 @@ from fireflash.models import build_tiny_tokenizer
 from fireflash.protocols import ExecResult, GenerateRequest, Score, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.runtime.local import LocalRuntime, MeteredEngine
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 
 
 class HeldEngine:

@@ -14,7 +14,7 @@ from fireflash.engines.local import LocalEngine
 from fireflash.models import build_tiny_model, build_tiny_tokenizer
 from fireflash.protocols import GenerateRequest, Group, SamplingParams, Score, Segment, Trajectory
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.job import describe_plan, role_threads, threads_per_role
+from fireflash.cli.train import describe_plan, role_threads, threads_per_role
 from fireflash.runtime.memory import TrainerThread
 from fireflash.training.config import TrainerConfig
 from fireflash.training.trainer import Trainer

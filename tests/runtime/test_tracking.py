@@ -10,7 +10,7 @@ import re
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from fireflash.runtime.tracking import (
+from fireflash.tracking import (
     MetricsError,
     MetricsWriter,
     RunDirInUse,

@@ -90,7 +90,7 @@ def test_gate_reports_say_when_storage_mb_is_not_a_disk_quota(tmp_path, monkeypa
 
     import fireflash.sandbox.disks as disks
     from fireflash.sandbox import make_backend
-    from fireflash.tasks.gates import validate_task
+    from fireflash.curation.gates import validate_task
     from fireflash.tasks.loader import load_task
 
     valid = Path(__file__).parents[1] / "tasks" / "fixtures" / "gates" / "valid-sort"

@@ -21,10 +21,10 @@ from fireflash.sft.augment import (
     augment_task,
     plan_renaming,
 )
-from fireflash.sft.commands import HeldoutLeak, sft_tasks
+from fireflash.cli.sft import HeldoutLeak, sft_tasks
 from fireflash.sft.config import SFTConfig
 from fireflash.tasks.loader import DATA_DIR, load_task
-from fireflash.tasks.requirements import unstated_requirements
+from fireflash.curation.requirements import unstated_requirements
 
 TRAIN = DATA_DIR / "train"
 BACKEND = os.environ.get("FIREFLASH_TEST_SANDBOX", "bwrap")
@@ -167,7 +167,7 @@ def test_heldout_refused_before_any_copy(tmp_path):
 def test_renamed_reference_solutions_pass(tmp_path, name):
     from fireflash.sandbox import SandboxConfig, make_backend
     from fireflash.tasks.config import GatesConfig
-    from fireflash.tasks.gates import validate_task
+    from fireflash.curation.gates import validate_task
 
     copy = load_task(augment_task(load_task(TRAIN / name), 3, tmp_path))
 

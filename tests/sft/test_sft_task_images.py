@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fireflash.sandbox.config import SandboxConfig
-from fireflash.sft.commands import sft_tasks
+from fireflash.cli.sft import sft_tasks
 from fireflash.sft.config import SFTConfig
 
 # apt `tree` (the host lacks it), pip six==1.16.0, two stages, RUN writing /usr: the host cannot run it

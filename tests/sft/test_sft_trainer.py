@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fireflash.models import build_tiny_model, build_tiny_tokenizer
-from fireflash.sft.commands import schedule
+from fireflash.cli.sft import schedule
 from fireflash.sft.config import SFTConfig
 from fireflash.sft.data import Example, make_micro_batch
 from fireflash.sft.trainer import SFTTrainer, hidden_states, lr_factor

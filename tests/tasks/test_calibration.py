@@ -13,8 +13,9 @@ import pytest
 from fireflash.grading.graders import make_grader
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import GateReport, GateResult, apply_gate_reports, validate_task
-from fireflash.tasks.loader import TaskLoadError, load_pool, load_task
+from fireflash.curation.gates import GateReport, GateResult, apply_gate_reports, validate_task
+from fireflash.curation.pool import load_pool
+from fireflash.tasks.loader import TaskLoadError, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"
 WORD_COUNT = FIXTURES / "valid-word-count"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fireflash.tasks.commands import app
+from fireflash.cli.tasks import app
 
 pytestmark = pytest.mark.unit
 TASK = str(Path(__file__).parent / "fixtures" / "gates" / "valid-sort")

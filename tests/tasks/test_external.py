@@ -8,7 +8,7 @@ import pytest
 from fireflash.grading.graders import make_grader
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.loader import load_task
-from fireflash.tasks.replay import replay_solution
+from fireflash.curation.replay import replay_solution
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.integration]
 EXTERNAL = Path(__file__).parent / "fixtures" / "external"

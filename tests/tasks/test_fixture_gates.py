@@ -31,7 +31,7 @@ import pytest
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.sandbox.containers import ContainerToolMissing, find_tool
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import GATE_NAMES, GateReport, validate_task
+from fireflash.curation.gates import GATE_NAMES, GateReport, validate_task
 from fireflash.tasks.loader import load_tasks
 
 pytestmark = [pytest.mark.images, pytest.mark.sandbox]

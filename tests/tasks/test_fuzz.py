@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig, make_backend
-from fireflash.tasks.commands import app
-from fireflash.tasks.fuzz import HUGE_FILE_BYTES, MUTATIONS, apply_mutation, junk_bytes
-from fireflash.tasks.fuzz_run import fuzz_graders
+from fireflash.cli.tasks import app
+from fireflash.curation.fuzz import HUGE_FILE_BYTES, MUTATIONS, apply_mutation, junk_bytes
+from fireflash.curation.fuzz_run import fuzz_graders
 from fireflash.tasks.loader import load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fireflash.sandbox import SandboxConfig, make_backend
-from fireflash.tasks.commands import app
+from fireflash.cli.tasks import app
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import GATE_NAMES, validate_task
+from fireflash.curation.gates import GATE_NAMES, validate_task
 from fireflash.tasks.loader import DATA_DIR, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"

@@ -15,7 +15,7 @@ import pytest
 
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import validate_task
+from fireflash.curation.gates import validate_task
 from fireflash.tasks.loader import load_task
 
 pytestmark = [pytest.mark.sandbox]

@@ -15,7 +15,7 @@ import pytest
 
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import validate_task
+from fireflash.curation.gates import validate_task
 from fireflash.tasks.git_strip import KEEP_FIELD, PREMISE_FIELD
 from fireflash.tasks.loader import TaskLoadError, load_task
 

@@ -17,7 +17,7 @@ from git_leak_fixtures import ANSWER, NESTED, build_leaky_app, git
 from fireflash.protocols import Task, TaskEnvironment
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.gates import validate_task
+from fireflash.curation.gates import validate_task
 from fireflash.tasks.git_strip import KEEP_FIELD, STRIP_GIT
 from fireflash.tasks.loader import TaskLoadError, load_task
 

@@ -461,7 +461,7 @@ def test_a_tb2_task_with_its_official_test_sh_passes_every_gate_offline(tb2):
     from fireflash.protocols import VERIFIER_TOOLS_DIR
     from fireflash.sandbox import make_backend
     from fireflash.tasks.config import GatesConfig
-    from fireflash.tasks.gates import validate_task
+    from fireflash.curation.gates import validate_task
 
     task, cfg, said, _ = tb2
     staging = task.metadata["image"]["verifier"]

@@ -10,7 +10,7 @@ import pytest
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.harness.config import HarnessConfig, SamplingConfig
 from fireflash.models import build_tiny_tokenizer
-from fireflash.tasks.probe import (
+from fireflash.curation.probe import (
     PoolManifest,
     ProbedTask,
     expected_zero_signal_share,
@@ -71,8 +71,9 @@ def test_manifest_load_errors_name_the_file(tmp_path):
 
 @pytest.mark.unit
 def test_training_pool_is_what_the_manifest_kept(tmp_path):
-    """`fireflash train` loads its tasks with load_pool(tasks.paths, tasks.pool_manifest) (runtime/job.py)."""
-    from fireflash.tasks.loader import TaskLoadError, load_pool
+    """`fireflash train` loads its tasks with load_pool(tasks.paths, tasks.pool_manifest) (cli/train.py)."""
+    from fireflash.curation.pool import load_pool
+    from fireflash.tasks.loader import TaskLoadError
 
     entry = {"category": "", "attempts": 4, "mean_reward": 0.5, "mean_n_input_tokens": 10.0, "mean_n_output_tokens": 5.0}
 
@@ -185,7 +186,7 @@ def test_probe_cli_with_tiny_local_model(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from fireflash.evaluation.commands import probe_command
+    from fireflash.cli.evaluation import probe_command
     from fireflash.models import build_tiny_model
 
     model_dir = tmp_path / "tiny"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fireflash.tasks.replay import split_commands
+from fireflash.curation.replay import split_commands
 
 pytestmark = pytest.mark.unit
 

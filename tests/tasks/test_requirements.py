@@ -3,7 +3,7 @@
 import pytest
 
 from fireflash.tasks.loader import bundled_tasks
-from fireflash.tasks.requirements import check_stated, referenced_requirements, unstated_requirements
+from fireflash.curation.requirements import check_stated, referenced_requirements, unstated_requirements
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fireflash.tasks.gates import validate_task
+from fireflash.curation.gates import validate_task
 from fireflash.tasks.loader import load_task
-from fireflash.tasks.requirements import check_stated
+from fireflash.curation.requirements import check_stated
 
 pytestmark = pytest.mark.unit
 
@@ -166,7 +166,7 @@ def test_a_secret_the_environment_leaks_into_a_format_is_still_caught_without_fi
     ],
 )
 def test_find_tasks_are_those_that_hide_a_value(instruction, finds):
-    from fireflash.tasks.requirements import FIND_WORDS
+    from fireflash.curation.requirements import FIND_WORDS
 
     assert bool(FIND_WORDS.search(instruction)) == finds
 

@@ -23,12 +23,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fireflash.cli.agent import app as agent_app
+from fireflash.cli.evaluation import compare_command, eval_command, probe_command, report_app
+from fireflash.cli.images import build_command, images_app
+from fireflash.cli.sft import sft_command
+from fireflash.cli.tasks import app as tasks_app
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
-from fireflash.evaluation.commands import compare_command, eval_command, probe_command, report_app
-from fireflash.harness.commands import app as agent_app
-from fireflash.sft.commands import sft_command
-from fireflash.tasks.commands import app as tasks_app
-from fireflash.tasks.image_commands import build_command, images_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
                   no_args_is_help=True, add_completion=False)
@@ -72,12 +72,12 @@ def train(
 ) -> None:
     """Train the policy with asynchronous GRPO on sandboxed agent rollouts (RECIPE.md §1, §5)."""
     cfg = resolve_config(config, (overrides or []) + (["runtime.mode=sync"] if sync else []))
+    from fireflash.cli.train import check_train_config, check_training, describe_plan, run_training
     from fireflash.models import ModelNotFound
-    from fireflash.runtime.job import check_train_config, check_training, describe_plan, run_training
     from fireflash.runtime.placement import PlacementError
     from fireflash.runtime.ray_backend import RayUnavailable, WorkersLost
-    from fireflash.runtime.tracking import RunDirInUse
     from fireflash.sandbox import SandboxUnavailable
+    from fireflash.tracking import RunDirInUse
     from fireflash.training.checkpoint import CheckpointError
 
     # before anything runs, every error a user can cause or fix is one line and exit 2 (TaskLoadError, HeldoutLeak,
@@ -106,7 +106,7 @@ def train(
 @app.command()
 def doctor(model: str = typer.Option("smollm2-135m", help="Model to check.")) -> None:
     """Check Python, torch, sandboxing (bubblewrap, namespaces, cgroups), the embedded model and disk."""
-    from fireflash.doctor import run_checks
+    from fireflash.cli.doctor import run_checks
 
     checks = run_checks(model)
     table = Table(title="fireflash doctor")
@@ -170,6 +170,3 @@ def serve(
 def main() -> None:
     app()
 
-
-if __name__ == "__main__":
-    main()

@@ -194,7 +194,7 @@ def probe_command(
 ) -> None:
     """Probe tasks with the base policy under training conditions; keep those it is unsure about (RECIPE.md §2)."""
     from fireflash.config import ConfigError, check_trainable_sampling
-    from fireflash.tasks.probe import probe_tasks
+    from fireflash.curation.probe import probe_tasks
 
     specs, overrides = split_args(args)
     cfg = _config(config, overrides)
@@ -261,7 +261,7 @@ def report_run(
 ) -> None:
     """Plot a training run's metrics (reward, pass rate, entropy, TIS, drift, staleness, idle, tokens)."""
     from fireflash.evaluation.report import write_report
-    from fireflash.runtime.tracking import MetricsError
+    from fireflash.tracking import MetricsError
 
     try:
         report_dir = write_report(run_dir, out)

@@ -130,8 +130,8 @@ def run_sft(cfg: FireFlashConfig, resume: bool) -> Path:
         RunDirInUse: without ``resume``, ``sft.run_dir`` already holds checkpoints or metrics (before any work).
         CheckpointError: with ``resume``, it holds no checkpoint (before any work).
     """
-    from fireflash.runtime.tracking import refuse_existing_run
     from fireflash.tasks.loader import load_tasks
+    from fireflash.tracking import refuse_existing_run
     from fireflash.training.checkpoint import latest_checkpoint
 
     s = cfg.sft
@@ -167,10 +167,10 @@ def _run_pass(cfg: FireFlashConfig, run_dir: Path, resume: bool, field: str = "s
     import torch
 
     from fireflash.models import load_policy, load_tokenizer
-    from fireflash.runtime.tracking import MetricsWriter
     from fireflash.sft.collect import load_oracle
     from fireflash.sft.data import examples_from
     from fireflash.sft.trainer import SFTTrainer
+    from fireflash.tracking import MetricsWriter
     from fireflash.training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 
     s = cfg.sft
@@ -237,10 +237,10 @@ def sft_command(
     """Supervised warm-up on oracle trajectories of the training tasks (cold start before RL)."""
     from fireflash.cli import resolve_config
     from fireflash.models import ModelNotFound
-    from fireflash.runtime.tracking import RunDirInUse
     from fireflash.sandbox import SandboxUnavailable
     from fireflash.sft.oracle import OracleError
     from fireflash.tasks import TaskLoadError
+    from fireflash.tracking import RunDirInUse
     from fireflash.training.checkpoint import CheckpointError
 
     cfg = resolve_config(config, overrides)

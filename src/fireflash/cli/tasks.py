@@ -19,11 +19,11 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from fireflash.curation.fuzz_run import fuzz_graders
+from fireflash.curation.gates import GATE_NAMES, GateReport, validate_task
 from fireflash.protocols import Task
 from fireflash.sandbox import SandboxConfig, SandboxUnavailable, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.fuzz_run import fuzz_graders
-from fireflash.tasks.gates import GATE_NAMES, GateReport, validate_task
 from fireflash.tasks.loader import load_tasks
 
 CELLS = {"passed": "[green]ok[/green]", "failed": "[red]FAIL[/red]", "skipped": "[yellow]skip[/yellow]"}

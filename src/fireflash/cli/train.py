@@ -113,7 +113,7 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
 
     Raises:
         ConfigError: an engine setting training cannot use (``check_train_config``).
-        fireflash.runtime.tracking.RunDirInUse: without ``resume``, ``tracking.run_dir`` already holds a run.
+        fireflash.tracking.RunDirInUse: without ``resume``, ``tracking.run_dir`` already holds a run.
         fireflash.training.checkpoint.CheckpointError: with ``resume``, it holds no checkpoint.
         fireflash.models.ModelNotFound: ``model.name_or_path`` does not resolve (not checked on resume: the
             checkpoint is the model).
@@ -121,9 +121,10 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
         FileNotFoundError / ValueError: ``tasks.pool_manifest`` is missing or not a manifest.
         fireflash.tasks.loader.HeldoutLeak: the pool holds held-out tasks and ``tasks.allow_heldout`` is off.
     """
+    from fireflash.curation.pool import load_pool
     from fireflash.models import check_model
-    from fireflash.runtime.tracking import refuse_existing_run
-    from fireflash.tasks.loader import check_not_heldout, load_pool
+    from fireflash.tasks.loader import check_not_heldout
+    from fireflash.tracking import refuse_existing_run
 
     check_train_config(cfg)
     run_dir = Path(cfg.tracking.run_dir)
@@ -145,8 +146,8 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     from fireflash.grading import make_grader
     from fireflash.models import load_policy, load_tokenizer, resolve_model_dir
     from fireflash.runtime.local import LocalRuntime
-    from fireflash.runtime.tracking import MetricsWriter
     from fireflash.sandbox import make_backend
+    from fireflash.tracking import MetricsWriter
     from fireflash.training.checkpoint import resume_model_dir
     from fireflash.training.trainer import Trainer, default_device
 
@@ -220,7 +221,7 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
     from fireflash.runtime.placement import plan_placement
     from fireflash.runtime.ray_actors import build_rollout_parts, build_trainer
     from fireflash.runtime.ray_backend import RayRuntime, RayUnavailable
-    from fireflash.runtime.tracking import MetricsWriter
+    from fireflash.tracking import MetricsWriter
 
     rt = cfg.runtime
     placement = plan_placement(rt.ray, cfg.engine, rt.max_inflight_attempts)

@@ -17,15 +17,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any
 
+from fireflash.curation.context import GateContext, closing, fmt, not_run_reason
+from fireflash.curation.fuzz import MUTATIONS, apply_mutation
+from fireflash.curation.replay import SHELL_OPTIONS
+from fireflash.curation.requirements import check_stated
 from fireflash.grading.graders import GRADERS, NOT_RUN, score_swe, score_tests, task_checks
 from fireflash.grading.reports import ReportError, match_declared, parse_junit
 from fireflash.grading.verifier import grading_fork, run_verifier
 from fireflash.protocols import Sandbox, Task
-from fireflash.tasks.context import GateContext, closing, fmt, not_run_reason
-from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
 from fireflash.tasks.git_strip import CHECK_GIT, KEEP_FIELD, PREMISE_FIELD, answer_in_git, git_findings
-from fireflash.tasks.replay import SHELL_OPTIONS
-from fireflash.tasks.requirements import check_stated
 
 PLACEHOLDER = b"TODO\n"
 CRASH_REASONS = {"grader_error", "no_report", "bad_report", "timeout", NOT_RUN}

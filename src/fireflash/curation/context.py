@@ -9,11 +9,11 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 
+from fireflash.curation.replay import replay_solution
+from fireflash.curation.requirements import referenced_requirements
 from fireflash.grading.graders import IMPORT_ERROR, NOT_RUN, make_grader
 from fireflash.protocols import Sandbox, SandboxBackend, Score, Task
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.replay import replay_solution
-from fireflash.tasks.requirements import referenced_requirements
 
 
 class GateContext:

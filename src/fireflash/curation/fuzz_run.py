@@ -15,12 +15,12 @@ import time
 from collections import Counter
 from typing import Any
 
+from fireflash.curation.checks import CRASH_REASONS
+from fireflash.curation.context import GateContext
+from fireflash.curation.fuzz import MUTATIONS, apply_mutation
 from fireflash.grading.graders import make_grader
 from fireflash.protocols import SandboxBackend, Task
-from fireflash.tasks.checks import CRASH_REASONS
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.context import GateContext
-from fireflash.tasks.fuzz import MUTATIONS, apply_mutation
 
 
 async def fuzz_graders(

@@ -47,10 +47,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from fireflash.curation.checks import GATES
+from fireflash.curation.context import GateContext
 from fireflash.protocols import SCHEMA_VERSION, SandboxBackend, Task
-from fireflash.tasks.checks import GATES
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.context import GateContext
 
 GATE_NAMES = {
     1: "reference",

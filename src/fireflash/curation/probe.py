@@ -36,7 +36,7 @@ from fireflash.protocols import SCHEMA_VERSION, Task
 if TYPE_CHECKING:
     from fireflash.harness.config import HarnessConfig
     from fireflash.protocols import Engine, Grader, SandboxBackend
-    from fireflash.runtime.attempts import AttemptOutcome
+    from fireflash.rollout.attempts import AttemptOutcome
 
 RATE_TOLERANCE = 1e-9  # 17/20 and 0.85 differ in the last float bit; a rate on the boundary is kept
 
@@ -206,7 +206,7 @@ async def probe_tasks(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fireflash.evaluation.trials import run_trials
+    from fireflash.rollout.trials import run_trials
 
     manifest_path = Path(manifest_path)
     manifest = _start_manifest(manifest_path, PoolManifest(

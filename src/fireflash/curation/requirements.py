@@ -22,9 +22,9 @@ Gate 2 fails on ``missing`` only and reports the notes.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shutil
-import importlib.util
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field

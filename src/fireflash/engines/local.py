@@ -309,7 +309,7 @@ class LocalEngine:
     # ───────────────────────────── worker thread ─────────────────────────────
 
     def _run(self) -> None:
-        if self.num_threads is not None:  # this thread's own budget (runtime/job.py: the engine's share of the cores)
+        if self.num_threads is not None:  # this thread's own budget (cli/train.py: the engine's share of the cores)
             # get first: torch initialises a thread's budget lazily, on its first use, from the last value set in
             # any thread; a set before that initialisation would be overwritten by another role's later set
             torch.get_num_threads()

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fireflash.evaluation.report import Panel, panel_series, style_step_axes
 from fireflash.evaluation.results import EvalResults, TrialResult, sampled_entropy
 from fireflash.protocols import Trajectory
-from fireflash.runtime.tracking import MetricsError, read_metrics
+from fireflash.tracking import MetricsError, read_metrics
 
 RL_PANELS = (
     Panel("reward", "Reward (mean over attempts)", ("rollout/reward_mean",), "R"),

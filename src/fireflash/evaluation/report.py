@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fireflash.runtime.tracking import read_metrics
+from fireflash.tracking import read_metrics
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
 
     Raises:
         FileNotFoundError: RUN_DIR has no metrics.jsonl (the message says what produces it).
-        fireflash.runtime.tracking.MetricsError: a malformed line (not a truncated last one; names file and line).
+        fireflash.tracking.MetricsError: a malformed line (not a truncated last one; names file and line).
     """
     import matplotlib
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from fireflash.evaluation.cost import TokenPrices, trial_cost_usd
 from fireflash.evaluation.results import EvalResults, TrialResult, markdown_tables, summarize
-from fireflash.evaluation.trials import run_trials
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Engine, Grader, SandboxBackend, Task
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
+from fireflash.rollout.trials import run_trials
 
 
 def task_category(task: Task) -> str:

@@ -1,6 +1,6 @@
 """Run N scored attempts per task with bounded concurrency: the shared loop of probing and evaluation.
 
-Every attempt goes through ``fireflash.runtime.attempts.scored_attempt`` — the unit of work of training —
+Every attempt goes through ``fireflash.rollout.attempts.scored_attempt`` — the unit of work of training —
 so probe and eval use the training harness, engine settings and sandbox (RECIPE.md §2, §6: one code
 path). Each task's parent sandbox is prepared once, shared by its attempts, and closed as soon as the
 task's last attempt ends, so a long task list never holds every parent at once. Attempts are admitted
@@ -15,7 +15,7 @@ from typing import Any
 
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Engine, Grader, Sandbox, SandboxBackend, Task
-from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
+from fireflash.rollout.attempts import AttemptOutcome, ParentPool, scored_attempt
 
 OnOutcome = Callable[[Task, int, AttemptOutcome], None]
 

@@ -20,7 +20,7 @@ import torch
 from fireflash.protocols import Group, Task
 from fireflash.rl.advantages import group_advantages
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
 
 
 @dataclass

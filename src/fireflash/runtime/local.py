@@ -35,11 +35,11 @@ from fireflash.protocols import (
     Task,
 )
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
+from fireflash.rollout.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.loop import LoopStateView, RLLoop
 from fireflash.runtime.memory import TrainerThread, memory_gb
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 from fireflash.training.trainer import Trainer
 
 

@@ -31,9 +31,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import GroupQueue, GroupScheduler, Slot, finish_group
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 from fireflash.training.batch import NoSampledTokens
 
 log = logging.getLogger(__name__)

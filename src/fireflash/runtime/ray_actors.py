@@ -27,7 +27,7 @@ from fireflash.engines.config import EngineConfig
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Engine, Grader, SandboxBackend, Task
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome, ParentPool, scored_attempt
+from fireflash.rollout.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.local import BusyMeter, MeteredEngine
 from fireflash.runtime.servers import TrainerWeightSender, connect_engine, save_weights

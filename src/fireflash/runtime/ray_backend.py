@@ -49,7 +49,7 @@ from typing import Any, Literal
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.attempts import AttemptOutcome, error_info
+from fireflash.rollout.attempts import AttemptOutcome, error_info
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.loop import LoopStateView, RLLoop
 from fireflash.runtime.placement import Placement, PlacementError
@@ -69,7 +69,7 @@ from fireflash.runtime.servers import (
     ServerState,
     ServerWeightSync,
 )
-from fireflash.runtime.tracking import MetricsWriter
+from fireflash.tracking import MetricsWriter
 
 
 class RayUnavailable(RuntimeError):

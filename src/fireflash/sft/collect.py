@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from fireflash.engines.scripted import ScriptedEngine
-from fireflash.evaluation.trials import check_unique_ids, run_trials
 from fireflash.harness.config import HarnessConfig
 from fireflash.harness.rendering import ChatRenderer
 from fireflash.protocols import Grader, SandboxBackend, Task, Trajectory
-from fireflash.runtime.attempts import AttemptOutcome
+from fireflash.rollout.attempts import AttemptOutcome
+from fireflash.rollout.trials import check_unique_ids, run_trials
 from fireflash.sft.oracle import OraclePlan, OracleScript, describe, index_plans, plans_for
 
 

@@ -1,24 +1,21 @@
 """tasks stage of the FireFlash pipeline (see README.md in this folder).
 
     tasks, errors = load_tasks(["bundled:train", "path/to/harbor-tasks"])
-    report = await validate_task(tasks[0], make_backend(SandboxConfig()))
 
+The nine validation gates, probing and the training pool live one stage up, in ``fireflash.curation``.
 Exports load lazily: ``fireflash.config`` imports ``fireflash.tasks.config``, and every CLI start
-should not pay for the loaders and gates.
+should not pay for the loaders.
 """
 
 import importlib
 
 _EXPORTS = {
-    "GateReport": "fireflash.tasks.gates",
-    "validate_task": "fireflash.tasks.gates",
     "TaskLoadError": "fireflash.tasks.loader",
     "bundled_tasks": "fireflash.tasks.loader",
-    "load_pool": "fireflash.tasks.loader",
     "load_task": "fireflash.tasks.loader",
     "load_tasks": "fireflash.tasks.loader",
 }
-__all__ = ["GateReport", "TaskLoadError", "bundled_tasks", "load_pool", "load_task", "load_tasks", "validate_task"]
+__all__ = ["TaskLoadError", "bundled_tasks", "load_task", "load_tasks"]
 
 
 def __getattr__(name: str):

@@ -27,8 +27,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fireflash.protocols import cache_root
-from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits
+from fireflash.protocols import GraderSpec, Task, TaskEnvironment, TaskLimits, cache_root
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.tasks.dockerfile import NeedsContainerBackend, materialise_dockerfile
 from fireflash.tasks.git_strip import KEEP_FIELD, PREMISE_FIELD, PREMISE_KINDS, STRIP_GIT
@@ -501,36 +500,3 @@ def check_not_heldout(tasks: list[Task], field: str, allow_with: str | None = No
         fix = "use bundled:train or your own training tasks"
         fix += f", or set {allow_with} to train on them anyway" if allow_with else ""
         raise HeldoutLeak(f"{field} includes held-out tasks {leaked}; {fix}")
-
-
-def load_pool(
-    paths: list[str],
-    pool_manifest: str | Path | None = None,
-    gate_reports_dir: str | Path | None = None,
-    sandbox: SandboxConfig | None = None,
-    say: Callable[[str], None] = print,
-) -> list[Task]:
-    """The training pool: every task under ``paths`` (``TasksConfig.paths``), restricted to the ids a
-    probe manifest kept (RECIPE.md §2) when ``pool_manifest`` is set, with each task's gate-6 calibration
-    (free checks earn no partial credit) applied from its gate report when ``gate_reports_dir`` is set;
-    ``sandbox``, ``say`` as for ``load_task``.
-
-    Raises:
-        TaskLoadError: any task fails to load (training never starts on a silently smaller pool), no task
-            is left after the manifest filter, or a pool task has no passing gate report.
-    """
-    from fireflash.tasks.gates import apply_gate_reports
-    from fireflash.tasks.probe import load_pool_manifest
-
-    kept = set(load_pool_manifest(pool_manifest)) if pool_manifest is not None else None
-    tasks, errors = load_tasks(list(paths), sandbox, say, only=kept)
-    if errors:
-        raise TaskLoadError(f"{len(errors)} task(s) failed to load:\n" + "\n".join(errors))
-    if kept is not None:
-        tasks = [t for t in tasks if t.id in kept]
-    if not tasks:
-        where = f" kept by {pool_manifest}" if pool_manifest else ""
-        raise TaskLoadError(f"no tasks{where} under {', '.join(map(str, paths))}; check tasks.paths")
-    if gate_reports_dir is not None:
-        apply_gate_reports(tasks, gate_reports_dir)
-    return tasks
