@@ -60,8 +60,8 @@ def resolve_config(config: Path | None, overrides: list[str] | None) -> FireFlas
         raise typer.Exit(2) from None
 
 
-@app.command()
-def train(
+@app.command("train")
+def train_command(
     config: Path | None = ConfigOpt,
     overrides: list[str] | None = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
@@ -103,8 +103,8 @@ def train(
     console.print(f"run directory: {run_dir}  (metrics.jsonl, checkpoints/, trajectories/, tensorboard/)")
 
 
-@app.command()
-def doctor(model: str = typer.Option("smollm2-135m", help="Model to check.")) -> None:
+@app.command("doctor")
+def doctor_command(model: str = typer.Option("smollm2-135m", help="Model to check.")) -> None:
     """Check Python, torch, sandboxing (bubblewrap, namespaces, cgroups), the embedded model and disk."""
     from fireflash.cli.doctor import run_checks
 
@@ -144,8 +144,8 @@ def model_warm(name: str = typer.Argument("smollm2-135m", help="Embedded name or
     console.print(f"{name} → {path} ({time.perf_counter() - start:.1f} s)")
 
 
-@app.command()
-def serve(
+@app.command("serve")
+def serve_command(
     model: str = typer.Argument(..., help="Embedded model name or HF directory."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(30000, help="TCP port."),
