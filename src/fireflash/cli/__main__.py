@@ -1,5 +1,5 @@
 """``python -m fireflash.cli ...``: the same commands as the ``fireflash`` script."""
 
-from fireflash.cli import main
+from fireflash.cli.main import main
 
 main()

@@ -44,7 +44,7 @@ def split_args(words: list[str] | None) -> tuple[list[str], list[str]]:
 
 
 def _config(config: Path | None, overrides: list[str]) -> FireFlashConfig:
-    from fireflash.cli import resolve_config  # lazy: fireflash.cli imports this module
+    from fireflash.cli.main import resolve_config  # lazy: fireflash.cli.main imports this module
 
     return resolve_config(config, overrides)
 

@@ -235,7 +235,7 @@ def sft_command(
     resume: bool = typer.Option(False, "--resume", help="Continue from RUN_DIR/checkpoints' latest checkpoint."),
 ) -> None:
     """Supervised warm-up on oracle trajectories of the training tasks (cold start before RL)."""
-    from fireflash.cli import resolve_config
+    from fireflash.cli.main import resolve_config
     from fireflash.models import ModelNotFound
     from fireflash.sandbox import SandboxUnavailable
     from fireflash.sft.oracle import OracleError
