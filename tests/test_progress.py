@@ -110,3 +110,18 @@ def test_in_a_terminal_a_bar_and_no_plain_lines():
         progress.beat()
     text = out.getvalue()
     assert "eval: " not in text and "1/3" in text and "1 solved" in text
+
+
+def test_a_quiet_step_prints_only_when_it_runs_long():
+    """announce=False (finding a task's image): nothing for a quick step, heartbeats for a long build."""
+    out, console = _plain()
+    clock = Clock()
+    with Progress("image for t", console, every_sec=30, clock=clock, poll_sec=3600, announce=False) as progress:
+        clock.now += 5
+        progress.beat()
+    assert out.getvalue() == ""
+    with Progress("image for t", console, every_sec=30, clock=clock, poll_sec=3600, announce=False) as progress:
+        progress.line("Step 2/5: RUN apt-get install -y git")
+        clock.now += 31
+        progress.beat()
+    assert out.getvalue().splitlines() == ["image for t: 31 s  Step 2/5: RUN apt-get install -y git"]

@@ -62,13 +62,17 @@ class Progress:
         poll: called at every heartbeat for ``(completed, info)`` of a job that does not call ``update``.
         poll_sec: how often the heartbeat thread wakes, seconds (a plain line's gap is at most
             ``every_sec + poll_sec``).
+        announce: print the start and end lines (False: heartbeats only, and a bar that disappears, for a
+            step that is usually quick, e.g. finding a task's cached image, and only sometimes long).
     """
 
     def __init__(self, label: str, console: Console, total: int | None = None, completed: int = 0,
                  every_sec: float = 25.0, clock: Callable[[], float] = time.monotonic,
-                 poll: Callable[[], tuple[int, str]] | None = None, poll_sec: float = 1.0) -> None:
+                 poll: Callable[[], tuple[int, str]] | None = None, poll_sec: float = 1.0,
+                 announce: bool = True) -> None:
         self.label, self.console, self.total, self.completed = label, console, total, completed
         self.every_sec, self.clock, self.poll, self.poll_sec = every_sec, clock, poll, poll_sec
+        self.announce = announce
         self.info = ""
         self._first = completed
         self._start = self._printed = clock()
@@ -131,11 +135,11 @@ class Progress:
             counted = (BarColumn(), MofNCompleteColumn()) if self.total is not None else (SpinnerColumn(),)
             self._bar = RichProgress(TextColumn(escape(self.label)), *counted, TextColumn("{task.fields[info]}"),
                                      TimeElapsedColumn(), *((TimeRemainingColumn(),) if self.total is not None else ()),
-                                     console=self.console)
+                                     console=self.console, transient=not self.announce)
             self._bar.start()
             self._bar_task = self._bar.add_task(self.label, total=self.total, completed=self.completed,
                                                 info=escape(self.info))
-        else:
+        elif self.announce:
             self._print()
         self._ticker = threading.Thread(target=self._tick, daemon=True, name=f"progress {self.label}")
         self._ticker.start()
@@ -149,5 +153,5 @@ class Progress:
             self.update(*self.poll())
         if self._bar is not None:
             self._bar.stop()
-        else:
+        elif self.announce:
             self._print()
