@@ -125,3 +125,14 @@ def test_a_quiet_step_prints_only_when_it_runs_long():
         clock.now += 31
         progress.beat()
     assert out.getvalue().splitlines() == ["image for t: 31 s  Step 2/5: RUN apt-get install -y git"]
+
+
+def test_eta_counts_down_while_a_step_runs():
+    _, console = _plain()
+    clock = Clock()
+    progress = Progress("sft steps", console, total=3, clock=clock)
+    clock.now += 60
+    progress.advance()
+    assert progress.text() == "sft steps: 1/3, 1 min 0 s, ETA 2 min 0 s"
+    clock.now += 45  # inside step 2: the estimate shrinks instead of growing with the elapsed time
+    assert progress.text() == "sft steps: 1/3, 1 min 45 s, ETA 1 min 15 s"

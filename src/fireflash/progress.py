@@ -75,7 +75,7 @@ class Progress:
         self.announce = announce
         self.info = ""
         self._first = completed
-        self._start = self._printed = clock()
+        self._start = self._printed = self._done_at = clock()
         self._bar: RichProgress | None = None
         self._bar_task = 0
         self._stop = threading.Event()
@@ -88,15 +88,18 @@ class Progress:
                  (f"{self.completed} done" if self.completed else ""), duration(elapsed)]
         done_now = self.completed - self._first
         if self.total is not None and 0 < done_now and self.completed < self.total:
-            parts.append(f"ETA {duration((self.total - self.completed) * elapsed / done_now)}")
+            # the pace of the steps done so far, less the time the current step has already run
+            per_step = (self._done_at - self._start) / done_now
+            eta = (self.total - self.completed) * per_step - (self.clock() - self._done_at)
+            parts.append(f"ETA {duration(max(0.0, eta))}")
         info = self.info.strip()
         info = info if len(info) <= 100 else info[:97] + "..."
         return f"{self.label}: {', '.join(p for p in parts if p)}" + (f"  {info}" if info else "")
 
     def update(self, completed: int | None = None, info: str | None = None) -> None:
         """Set the steps done and/or the info (a key metric, the latest output line); any thread."""
-        if completed is not None:
-            self.completed = completed
+        if completed is not None and completed != self.completed:
+            self.completed, self._done_at = completed, self.clock()
         if info is not None:
             self.info = info
         if self._bar is not None:
@@ -128,7 +131,7 @@ class Progress:
             self.beat()
 
     def __enter__(self) -> Self:
-        self._start = self._printed = self.clock()
+        self._start = self._printed = self._done_at = self.clock()
         if self.poll is not None:
             self.update(*self.poll())
         if self.console.is_terminal:
