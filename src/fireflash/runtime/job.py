@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from fireflash.config import ConfigError, FireFlashConfig, check_trainable_sampling, dump_config
+from fireflash.progress import Progress
 from fireflash.protocols import Task
 
 console = Console()
@@ -53,6 +54,21 @@ class _Status:
                 f"{m['trainer/idle_share']:.0%}", f"{m['engine/idle_share']:.0%}", f"{m['step_sec']:.1f}",
             )
         return table
+
+
+def _watch(runtime: Any, steps: int) -> Live | Progress:
+    """The live table in a terminal; without one (``make train > log``) a plain line at least every 30 s."""
+    if console.is_terminal:
+        return Live(_Status(runtime, steps), console=console, refresh_per_second=1)
+    return Progress("train", console, total=steps, completed=runtime.trainer.step, poll=lambda: _line(runtime))
+
+
+def _line(runtime: Any) -> tuple[int, str]:
+    """(steps done, rollout counters and the last step's pass rate) for a plain progress line."""
+    t, last = runtime.total, (runtime.history[-1] if runtime.history else {})
+    pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
+    return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
+                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}")
 
 
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
@@ -201,7 +217,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     )
     start = time.perf_counter()
     try:
-        with Live(_Status(runtime, cfg.runtime.steps), console=console, refresh_per_second=1):
+        with _watch(runtime, cfg.runtime.steps):
             await runtime.run()
     finally:
         writer.close()
@@ -266,7 +282,7 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()
     try:
-        with Live(_Status(runtime, rt.steps), console=console, refresh_per_second=1):
+        with _watch(runtime, rt.steps):
             await runtime.run()
     finally:
         writer.close()
