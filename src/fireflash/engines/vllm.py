@@ -119,6 +119,7 @@ class VLLMEngine:
         packed: ask vLLM for packed (batched) broadcasting.
         transfer_backend: the server's ``--weight-transfer-config`` backend, which the trainer's end must match:
             'nccl' (vLLM) or 'gloo' (FireFlash's stand-in, ``engines/vllm_serve.py``).
+        transfer_device: the trainer's CUDA device for 'nccl' (``VLLMTrainerTransfer``); None: the current one.
         transport: httpx transport override (tests).
     """
 
@@ -135,6 +136,7 @@ class VLLMEngine:
         packed: bool = False,
         weight_version: int = 0,
         transfer_backend: str = "nccl",
+        transfer_device: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if pause_mode not in ("abort", "wait", "keep"):
@@ -145,7 +147,7 @@ class VLLMEngine:
         self.broadcast = broadcast
         self.packed = packed
         self._version = weight_version
-        self.transfer_backend = transfer_backend
+        self.transfer_backend, self.transfer_device = transfer_backend, transfer_device
         self.transfer: Any = None  # VLLMTrainerTransfer, when this process is the trainer (trainer_broadcaster)
         self._paused = False  # paused by the caller: an update then neither pauses nor resumes
 
@@ -268,7 +270,7 @@ class VLLMEngine:
         """
         from fireflash.engines.vllm_transfer import VLLMTrainerTransfer
 
-        self.transfer = VLLMTrainerTransfer(self.transfer_backend, packed=self.packed)
+        self.transfer = VLLMTrainerTransfer(self.transfer_backend, packed=self.packed, device=self.transfer_device)
         self.transfer.join(master_address, master_port, world_size, timeout_sec)
         self.broadcast = self.transfer.send
         return self.broadcast

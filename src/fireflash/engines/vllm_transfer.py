@@ -70,16 +70,26 @@ class VLLMTrainerTransfer:
         packed: vLLM's packed transfer (must match the client's ``update_info.packed``; NCCL only).
         dtype: cast floating-point tensors to this dtype before sending (the server's dtype, e.g. bf16); the
             names posted to ``/update_weights`` carry the cast dtype.
+        device: the trainer's CUDA device for 'nccl' (e.g. 'cuda:1'); set in every thread that joins or sends,
+            since CUDA's current device is per thread (``join`` and ``send`` usually run in worker threads). None:
+            that thread's current device.
     """
 
-    def __init__(self, backend: str = "nccl", *, packed: bool = False, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, backend: str = "nccl", *, packed: bool = False, dtype: torch.dtype | None = None,
+        device: str | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"vLLM weight transfer backend {backend!r}: use 'nccl' (a vLLM server started with "
                              "--weight-transfer-config '{\"backend\": \"nccl\"}') or 'gloo' (FireFlash's stand-in)")
         if packed and backend != "nccl":
             raise ValueError("packed vLLM weight transfer needs backend 'nccl' (vLLM's packed_tensor buffers)")
-        self.backend, self.packed, self.dtype = backend, packed, dtype
+        self.backend, self.packed, self.dtype, self.device = backend, packed, dtype, device
         self.group: Any = None
+
+    def _on_device(self) -> None:
+        if self.backend == "nccl" and self.device is not None:
+            torch.cuda.set_device(self.device)
 
     def join(self, master_address: str, master_port: int, world_size: int, timeout_sec: float = 300.0) -> None:
         """Create the group as rank 0; blocks until every server worker has joined (their
@@ -89,6 +99,7 @@ class VLLMTrainerTransfer:
             ImportError: backend 'nccl' without vLLM installed in this process.
         """
         self.leave()
+        self._on_device()
         if self.backend == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
@@ -118,10 +129,12 @@ class VLLMTrainerTransfer:
             raise RuntimeError("VLLMTrainerTransfer.send before join: call join(...) while the servers call "
                                "/init_weight_transfer_engine")
         named = self.cast(named)
+        self._on_device()
         if self.backend == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
-            on_gpu = ((n, t.detach().to("cuda").contiguous()) for n, t in named)
+            device = self.device or "cuda"
+            on_gpu = ((n, t.detach().to(device).contiguous()) for n, t in named)
             NCCLWeightTransferEngine.trainer_send_weights(on_gpu, {"group": self.group, "packed": self.packed})
             return
         for _, t in named:
