@@ -173,3 +173,24 @@ def test_pause_abort_returns_the_request_in_flight(standin):
 
     res = asyncio.run(run())
     assert res.finish_reason == "abort" and 0 < len(res.token_ids) < 4000
+
+
+def test_an_update_lets_running_turns_finish_on_the_old_weights(standin):
+    """The client's own pause before an update is 'wait' (whatever pause_mode says): a turn in flight is not aborted
+    (the harness would end its attempt) and keeps the version that sampled it."""
+    trainer = Trainer(build_tiny_model(VOCAB, seed=7), None, TrainerConfig(), ObjectiveConfig(), temperature=1.0)
+
+    async def run():
+        engine = await connect_local_trainer(VLLMEngine(standin.url, transfer_backend="gloo", pause_mode="abort"),
+                                             trainer, "collective", standin.url, 20)
+        long = GenerateRequest(request_id="long", prompt_ids=PROMPT,
+                               params=SamplingParams(max_new_tokens=120, n_top_logprobs=0, seed=1))
+        running = asyncio.ensure_future(engine.generate([long]))
+        await asyncio.sleep(0.3)
+        await engine.update_weights(trainer.state_dict(), 1)
+        (res,) = await running
+        await engine.close()
+        return res
+
+    res = asyncio.run(run())
+    assert res.finish_reason == "length" and len(res.token_ids) == 120 and res.weight_version == 0

@@ -30,7 +30,8 @@ logprobs also include top-p truncation, so this client refuses ``top_p < 1`` rat
 the trainer cannot reproduce. vLLM may return K+1 candidates (the sampled one added); the K best are kept.
 
 Weight transfer: ``/init_weight_transfer_engine`` once (the trainer joins the same group through
-``engines/vllm_transfer.py``, ``trainer_broadcaster``), then per update ``/pause`` (unless the caller paused),
+``engines/vllm_transfer.py``, ``trainer_broadcaster``), then per update ``/pause?mode=wait`` (unless the caller
+paused: running turns finish on the old weights),
 ``/start_weight_update``, ``/update_weights`` (while the trainer broadcasts) and ``/finish_weight_update`` with the
 ``weight_version``, then ``/resume``: vLLM's pause-only RL sequence (``serve/dev/rlhf/rl_state_machine.py``). An HF
 directory is read and sent the same way. ``receive_broadcast(specs, version)`` is the server's half alone, for a
@@ -41,7 +42,7 @@ broadcast that already happened.
 Weight version of a result: vLLM's completions do not report one (``/weight_info`` reports the server's current
 one: ``server_weight_version``), so a result carries the version this client installed last, and raises
 ``WeightVersionMissing`` when an update went through this client while it ran (its tokens may come from two
-versions; pause mode 'abort' or 'wait' returns every in-flight request before the update starts). ``fireflash
+versions; an update's own pause waits for every in-flight request to finish first). ``fireflash
 train`` is the only writer of its servers' weights, so its results are labeled right.
 """
 
@@ -312,7 +313,9 @@ class VLLMEngine:
         update_info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "packed": self.packed}
         paused_here = not self._paused
         if paused_here:  # vLLM's pause-only RL sequence: pause → start → update → finish → resume
-            await self.pause()
+            # 'wait', whatever pause_mode says: running turns finish on the old weights (as SGLang's update lock
+            # does); 'abort' would end every attempt in flight (the harness ends an aborted turn's attempt)
+            await self.pause("wait")
         try:
             await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
             await self.http.request("POST", "/update_weights", {"update_info": update_info}, max_retries=0)
@@ -322,9 +325,9 @@ class VLLMEngine:
             if paused_here:
                 await self.resume()
 
-    async def pause(self) -> None:
-        """``POST /pause?mode=...``."""
-        await self.http.post("/pause", params={"mode": self.pause_mode})
+    async def pause(self, mode: str | None = None) -> None:
+        """``POST /pause?mode=...`` with ``mode``, or ``pause_mode`` when None."""
+        await self.http.post("/pause", params={"mode": mode or self.pause_mode})
         self._paused = True
 
     async def resume(self) -> None:
