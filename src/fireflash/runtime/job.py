@@ -90,31 +90,31 @@ def role_threads(threads_per_role_setting: int | None, engine_num_threads: int |
 
 
 def check_train_config(cfg: FireFlashConfig) -> None:
-    """Engine and sampling settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can (a vLLM
-    server); sampling the trainer cannot correct for (top_p < 1, greedy: ``check_trainable_sampling``).
+    """Engine and sampling settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can; sampling
+    the trainer cannot correct for (top_p < 1, greedy: ``check_trainable_sampling``). SGLang and vLLM servers get
+    the same checks (issue 31); vLLM also needs ``engine.weight_sync = 'collective'``.
 
     Raises:
         ConfigError: the message names the field and the fix.
     """
     check_trainable_sampling(cfg)
     engine = cfg.engine
-    if engine.kind == "vllm":
+    servers = engine.kind in ("sglang", "vllm")
+    if servers and not engine.url and cfg.runtime.backend == "local":
         raise ConfigError(
-            "engine.kind = 'vllm': fireflash train cannot push new weights to a vLLM server yet (vLLM takes them only "
-            "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local' (eval and probe can "
-            "use a vLLM server)"
+            f"engine.kind = {engine.kind!r} on runtime.backend = 'local' needs engine.url, e.g. "
+            "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`, or vLLM's `vllm serve` "
+            "with --weight-transfer-config); only runtime.backend = 'ray' launches engine servers itself"
         )
-    if engine.kind == "sglang" and not engine.url and cfg.runtime.backend == "local":
+    if engine.kind == "vllm" and engine.weight_sync == "disk":
         raise ConfigError(
-            "engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url, e.g. "
-            "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`); only "
-            "runtime.backend = 'ray' launches engine servers itself"
+            "engine.kind = 'vllm' with engine.weight_sync = 'disk': vLLM's RL routes take new weights only through its "
+            "weight-transfer group (engines/vllm_transfer.py); use engine.weight_sync = 'collective'"
         )
-    if engine.kind == "sglang" and engine.weight_sync == "collective" and (
-        engine.weight_sync_timeout_sec <= engine.request_timeout_sec
-    ):
+    if servers and engine.weight_sync == "collective" and engine.weight_sync_timeout_sec <= engine.request_timeout_sec:
         # SGLang installs an update only once the turns it is sampling have finished (a turn lasts at most
-        # request_timeout_sec) while the trainer waits in the broadcast, which fails after weight_sync_timeout_sec
+        # request_timeout_sec), as vLLM's pause mode 'wait' does, while the trainer waits in the broadcast, which fails
+        # after weight_sync_timeout_sec
         raise ConfigError(
             f"engine.weight_sync_timeout_sec ({engine.weight_sync_timeout_sec:g}) must exceed "
             f"engine.request_timeout_sec ({engine.request_timeout_sec:g}), the longest a turn can take: an SGLang "
@@ -186,7 +186,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     )
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
     engine = make_engine(cfg.engine.model_copy(update={"num_threads": engine_threads}), str(start_dir))
-    if cfg.engine.kind == "sglang":  # a server: new weights reach it through a weight-update group or a directory
+    if cfg.engine.kind in ("sglang", "vllm"):  # a server: new weights reach it through a group or a directory
         from fireflash.runtime.servers import connect_local_trainer
 
         engine = await connect_local_trainer(
