@@ -27,6 +27,7 @@ LAYERS = [
     "protocols",
     "models",
     "tracking",  # metrics files: written by runtime and sft, read by evaluation (not in DESIGN.md's table)
+    "progress",  # progress lines of long jobs (tasks' image builds, probing, commands; not in DESIGN.md's table)
     "rl",
     "sandbox",
     "grading",
@@ -46,8 +47,8 @@ LAYERS = [
 # grading import only protocols (../shared/tools/import_graph.py's rule)
 FORBIDDEN = {
     "rl": set(LAYERS) - {"rl"},  # depends on torch only
-    "sandbox": {"models", "tracking", "rl"},
-    "grading": {"models", "tracking", "rl", "sandbox"},
+    "sandbox": set(LAYERS) - {"sandbox", "protocols"},
+    "grading": set(LAYERS) - {"grading", "protocols"},
     "training": {"sandbox", "harness"},
     "engines": {"grading"},  # rewards
     "tasks": {"engines", "training"},

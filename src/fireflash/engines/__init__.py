@@ -72,9 +72,10 @@ def make_engine(
             from fireflash.engines.sglang import SGLangEngine
 
             return SGLangEngine(cfg.url, weight_sync_timeout_sec=cfg.weight_sync_timeout_sec, **common)
-        from fireflash.engines.vllm import VLLMEngine
+        from fireflash.engines.vllm import VLLMEngine, weight_transfer_backend
 
-        return VLLMEngine(cfg.url, model=cfg.served_model_name, **common)
+        return VLLMEngine(cfg.url, model=cfg.served_model_name, transfer_backend=weight_transfer_backend(cfg.args),
+                          **common)
     if cfg.kind == "scripted":
         from fireflash.engines.scripted import ScriptedEngine
         from fireflash.models import load_tokenizer
