@@ -213,7 +213,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
         hang_margin_sec=cfg.runtime.hang_margin_sec, max_wall_sec=cfg.runtime.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
         save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=cfg.runtime.max_queued_groups,
-        trainer_threads=trainer_threads,
+        trainer_threads=trainer_threads, curation=cfg.runtime.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest),
     )
     start = time.perf_counter()
     try:
@@ -277,7 +277,8 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
         worker_start_timeout_sec=rt.ray.worker_start_timeout_sec,
         mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
-        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups, **servers,
+        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups,
+        curation=rt.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest), **servers,
     )
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()
@@ -290,6 +291,16 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
             ray.shutdown()
     _summarize(cfg, runtime, run_dir, start)
     return run_dir
+
+
+def probe_seed(pool_manifest: str | None) -> list[tuple[str, int, int, float]]:
+    """``(task_id, passes, attempts, mean_reward)`` of every task in ``tasks.pool_manifest`` (none without one):
+    the probe's results seed the online curation state (issue 29). Raises as ``tasks.probe.read_manifest``."""
+    if pool_manifest is None:
+        return []
+    from fireflash.tasks.probe import read_manifest
+
+    return [(t.task_id, t.passes, t.attempts, t.mean_reward) for t in read_manifest(pool_manifest).tasks]
 
 
 def _summarize(cfg: FireFlashConfig, runtime: Any, run_dir: Path, start: float) -> None:
@@ -340,6 +351,9 @@ def describe_plan(cfg: FireFlashConfig) -> str:
         f"staleness ≤ {cfg.rl.max_staleness}",
         f"sandbox: {cfg.sandbox.backend}; tasks: {', '.join(cfg.tasks.paths)}"
         + (f" filtered by {cfg.tasks.pool_manifest}" if cfg.tasks.pool_manifest else ""),
+        f"task draw: {rt.curation.sampler}"
+        + (f" (retire after {rt.curation.retire_after_groups} zero-signal groups of a kind, re-probe every "
+           f"{rt.curation.readmit_every_groups} groups)" if rt.curation.sampler == "online" else ""),
         f"run dir: {cfg.tracking.run_dir}",
     ]
     if rt.backend == "local":
