@@ -1,6 +1,7 @@
 """Zero-signal groups, uniform vs online curation, on a simulated task pool (issue 29; no model, no sandbox).
 
     .venv/bin/python benchmarks/curation.py [--quick] [--seeds 5] [--steps 60]
+    .venv/bin/python benchmarks/curation.py --runs runs/ab-uniform runs/ab-online   # the same table from real runs
 
 The pool imitates the local recipe's (README: `configs/local.toml`'s 40 generated tasks, no probe manifest, group
 size 4, 2 trained groups per step, ~6 groups queued or sampling; the hour-long run: 110 of 192 groups zero-signal,
@@ -122,6 +123,32 @@ def simulate(
     }
 
 
+def summarize_run(run_dir: str, after_step: int = 10) -> dict:
+    """A real run's row of the table, from its metrics.jsonl (``fireflash train`` with either sampler)."""
+    from fireflash.runtime.tracking import read_metrics
+
+    rows = read_metrics(run_dir)
+    late = [r for r in rows if r["step"] > after_step]
+
+    def share(rs: list[dict], key: str) -> float:  # groups-weighted mean of a per-step share
+        pairs = [(r[key], r["groups/done"] - r.get("groups/lost_to_infrastructure", 0.0)) for r in rs if key in r]
+        total = sum(n for _, n in pairs)
+        return sum(v * n for v, n in pairs) / total if total else math.nan
+
+    def rate(rs: list[dict]) -> float:
+        vals = [r["rollout/pass_rate"] for r in rs if "rollout/pass_rate" in r]
+        return statistics.fmean(vals) if vals else math.nan
+
+    return {
+        "steps": len(rows), "zero_all": share(rows, "curation/zero_signal_share"),
+        "zero_late": share(late, "curation/zero_signal_share"),
+        "predicted_late": share(late, "curation/predicted_zero_signal_share"),
+        "pass_first": rate(rows[:after_step]), "pass_last": rate(rows[-after_step:]),
+        "retired": rows[-1].get("curation/retired_total", math.nan) if rows else math.nan,
+        "readmitted": rows[-1].get("curation/readmitted_total", math.nan) if rows else math.nan,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 seeds × 40 steps")
@@ -133,7 +160,16 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true", help="probe 60 candidates and keep 15-85 %% (else 40, unfiltered)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a [runtime.curation] field, e.g. --set draw_weight_power=1")
+    ap.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="summarise real runs instead of simulating")
     args = ap.parse_args()
+    if args.runs:
+        print(f"{'run':24} {'steps':>5} {'zero all':>9} {'zero >10':>9} {'pred >10':>9} {'pass 1st10':>10} "
+              f"{'pass last10':>11} {'retired':>8} {'readmit':>8}")
+        for run in args.runs:
+            r = summarize_run(run)
+            print(f"{run:24} {r['steps']:5d} {r['zero_all']:9.1%} {r['zero_late']:9.1%} {r['predicted_late']:9.1%} "
+                  f"{r['pass_first']:10.2f} {r['pass_last']:11.2f} {r['retired']:8.0f} {r['readmitted']:8.0f}")
+        return
     seeds, steps = (3, 40) if args.quick else (args.seeds, args.steps)
     cfg = CurationConfig(**dict(kv.split("=", 1) for kv in args.set))
     print(f"{seeds} seeds × {steps} steps × {GROUPS_PER_STEP} groups of {GROUP_SIZE}; {args.inflight} in flight; "
