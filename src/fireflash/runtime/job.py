@@ -41,7 +41,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.queue)} queued",
+            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(getattr(getattr(rt, "loop", None), "sampler", None)),
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
@@ -68,7 +68,15 @@ def _line(runtime: Any) -> tuple[int, str]:
     t, last = runtime.total, (runtime.history[-1] if runtime.history else {})
     pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
     return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
-                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}")
+                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}"
+                                  + _curation_caption(getattr(getattr(runtime, "loop", None), "sampler", None)))
+
+
+def _curation_caption(sampler: Any) -> str:
+    """The live view's curation counts (issue 29); empty without online curation state."""
+    if sampler is None:
+        return ""
+    return f" · curation: {len(sampler.retired)} retired, {sampler.total['readmitted']} re-probes"
 
 
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
