@@ -41,7 +41,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(getattr(getattr(rt, "loop", None), "sampler", None)),
+            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt),
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
@@ -69,11 +69,12 @@ def _line(runtime: Any) -> tuple[int, str]:
     pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
     return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
                                   f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}"
-                                  + _curation_caption(getattr(getattr(runtime, "loop", None), "sampler", None)))
+                                  + _curation_caption(runtime))
 
 
-def _curation_caption(sampler: Any) -> str:
+def _curation_caption(runtime: Any) -> str:
     """The live view's curation counts (issue 29); empty without online curation state."""
+    sampler = getattr(getattr(runtime, "loop", None), "sampler", None)
     if sampler is None:
         return ""
     return f" · curation: {len(sampler.retired)} retired, {sampler.total['readmitted']} re-probes"
