@@ -68,8 +68,7 @@ def _line(runtime: Any) -> tuple[int, str]:
     t, last = runtime.total, (runtime.history[-1] if runtime.history else {})
     pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
     return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
-                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}"
-                                  + _curation_caption(runtime))
+                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}")
 
 
 def _curation_caption(runtime: Any) -> str:
