@@ -24,6 +24,12 @@ def synthetic_run(run_dir, steps=12):
             "trainer/idle_share": 0.3, "engine/idle_share": 0.1, "queue/groups": float(step % 4), "rollout/sampled_tokens_mean": 900 - 10 * step,
             "groups/lost_to_infrastructure": float(step == 3), "memory/rss_gb": 6.0, "memory/peak_rss_gb": 12.0 + 0.1 * step,
         }
+        m |= {  # online curation (issue 29)
+            "curation/zero_signal_share": 0.4 - 0.02 * step, "curation/predicted_zero_signal_share": 0.35 - 0.02 * step,
+            "curation/zero_signal_share_total": 0.3, "curation/predicted_zero_signal_share_total": 0.28,
+            "curation/pool_pass_rate_p10": 0.1, "curation/pool_pass_rate_p50": 0.5, "curation/pool_pass_rate_p90": 0.9,
+            "curation/retired_tasks": float(step // 4), "curation/readmitted_total": float(step // 6),
+        }
         if step > 2:
             m["drift/staleness_2-3"] = 0.07
         writer.write(step, m)

@@ -41,7 +41,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.queue)} queued",
+            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt),
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
@@ -69,6 +69,14 @@ def _line(runtime: Any) -> tuple[int, str]:
     pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
     return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
                                   f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}")
+
+
+def _curation_caption(runtime: Any) -> str:
+    """The live view's curation counts (issue 29); empty without online curation state."""
+    sampler = getattr(getattr(runtime, "loop", None), "sampler", None)
+    if sampler is None:
+        return ""
+    return f" · curation: {len(sampler.retired)} retired, {sampler.total['readmitted']} re-probes"
 
 
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
@@ -214,7 +222,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
         hang_margin_sec=cfg.runtime.hang_margin_sec, max_wall_sec=cfg.runtime.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
         save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=cfg.runtime.max_queued_groups,
-        trainer_threads=trainer_threads,
+        trainer_threads=trainer_threads, curation=cfg.runtime.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest),
     )
     start = time.perf_counter()
     try:
@@ -278,7 +286,8 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
         worker_start_timeout_sec=rt.ray.worker_start_timeout_sec,
         mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
-        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups, **servers,
+        save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups,
+        curation=rt.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest), **servers,
     )
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()
@@ -291,6 +300,16 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
             ray.shutdown()
     _summarize(cfg, runtime, run_dir, start)
     return run_dir
+
+
+def probe_seed(pool_manifest: str | None) -> list[tuple[str, int, int, float]]:
+    """``(task_id, passes, attempts, mean_reward)`` of every task in ``tasks.pool_manifest`` (none without one):
+    the probe's results seed the online curation state (issue 29). Raises as ``tasks.probe.read_manifest``."""
+    if pool_manifest is None:
+        return []
+    from fireflash.curation.probe import read_manifest
+
+    return [(t.task_id, t.passes, t.attempts, t.mean_reward) for t in read_manifest(pool_manifest).tasks]
 
 
 def _summarize(cfg: FireFlashConfig, runtime: Any, run_dir: Path, start: float) -> None:
@@ -341,6 +360,9 @@ def describe_plan(cfg: FireFlashConfig) -> str:
         f"staleness ≤ {cfg.rl.max_staleness}",
         f"sandbox: {cfg.sandbox.backend}; tasks: {', '.join(cfg.tasks.paths)}"
         + (f" filtered by {cfg.tasks.pool_manifest}" if cfg.tasks.pool_manifest else ""),
+        f"task draw: {rt.curation.sampler}"
+        + (f" (retire after {rt.curation.retire_after_groups} zero-signal groups of a kind, re-probe every "
+           f"{rt.curation.readmit_every_groups} groups)" if rt.curation.sampler == "online" else ""),
         f"run dir: {cfg.tracking.run_dir}",
     ]
     if rt.backend == "local":

@@ -4,7 +4,8 @@
 
 Panels are the run's health signals (RECIPE.md §1, §5): reward, pass rate, policy entropy (should fall
 slowly; a rise is the early warning), TIS clip shares (1–3% expected), drift |log π − log q| by
-staleness bucket, the share of turns dropped as too stale, the zero-signal group share, trainer and
+staleness bucket, the share of turns dropped as too stale, the zero-signal group share (and online curation's:
+actual vs predicted, the pool's pass-rate quantiles, retired tasks; issue 29), trainer and
 engine idle shares, the queue depth (complete groups waiting for the trainer after each step), and
 tokens per attempt. A panel whose metrics the run never logged is listed as missing in the summary
 rather than drawn empty.
@@ -40,6 +41,13 @@ PANELS = (
     Panel("drift", "Drift by staleness", ("drift/staleness_",), "mean |log π − log q| (nats)", from_zero=True),
     Panel("stale", "Stale share (turns dropped)", ("stale/dropped_share",), "share of tokens", from_zero=True),
     Panel("zero_signal", "Zero-signal group share", ("groups/zero_signal_share",), "share of groups", share=True),
+    Panel("curation", "Zero-signal share: actual vs predicted by the curation state", (
+        "curation/zero_signal_share", "curation/predicted_zero_signal_share", "curation/zero_signal_share_total",
+        "curation/predicted_zero_signal_share_total"), "share of groups", share=True),
+    Panel("curation_pool", "Pool pass rate (posterior mean over active tasks)", ("curation/pool_pass_rate_",),
+          "pass rate", share=True),
+    Panel("curation_retired", "Retired tasks (now) and re-probes (run total)",
+          ("curation/retired_tasks", "curation/readmitted_total"), "tasks", from_zero=True),
     Panel("idle", "Idle shares", ("trainer/idle_share", "engine/idle_share"), "share of wall time", share=True),
     Panel("queue", "Queue depth (groups waiting for the trainer)", ("queue/groups",), "groups", from_zero=True),
     Panel("tokens", "Tokens per attempt", ("rollout/sampled_tokens_mean",), "sampled tokens"),

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fireflash.curation.config import CurationConfig
+
 
 class RayConfig(BaseModel):
     """``[runtime.ray]``: the cluster a Ray run assumes and how its roles share it (RECIPE.md §1).
@@ -99,6 +101,9 @@ class RuntimeConfig(BaseModel):
     )
     seed: int = Field(0, description="Seed of task order and sampling.")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray backend: cluster and placement.")
+    curation: CurationConfig = Field(
+        default_factory=CurationConfig, description="Online curation: which task each new group draws (issue 29)."
+    )
 
     @model_validator(mode="after")
     def _queue_holds_a_step(self) -> RuntimeConfig:

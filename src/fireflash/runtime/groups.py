@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -21,6 +21,9 @@ from fireflash.protocols import Group, Task
 from fireflash.rl.advantages import group_advantages
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
+
+if TYPE_CHECKING:
+    from fireflash.curation.sampler import TaskSampler
 
 
 @dataclass
@@ -44,23 +47,29 @@ class _Pending:
 
 
 class GroupScheduler:
-    """Issues attempt slots for groups of ``group_size`` attempts, tasks in a seeded shuffled order.
+    """Issues attempt slots for groups of ``group_size`` attempts, tasks in a seeded shuffled order or drawn by
+    ``sampler`` (online curation, issue 29).
 
     Args:
         tasks: the training pool (non-empty).
         group_size: attempts per group (RECIPE.md §5: 12).
         seed: seed of the task order; epoch e uses ``seed + e``.
         cursor: a saved ``cursor()`` to resume from.
+        sampler: draws each new group's task (``curation.sampler.TaskSampler``, given the shuffled order's
+            choice for its uniform mode) and hears every settled group (``settle``); None: the shuffled order.
 
     Raises:
         ValueError: an empty pool, or a cursor naming a task not in the pool.
     """
 
-    def __init__(self, tasks: Sequence[Task], group_size: int, seed: int, cursor: dict[str, Any] | None = None):
+    def __init__(
+        self, tasks: Sequence[Task], group_size: int, seed: int, cursor: dict[str, Any] | None = None,
+        sampler: TaskSampler | None = None,
+    ):
         if not tasks:
             raise ValueError("the task pool is empty: check tasks.paths (and tasks.pool_manifest)")
         self.tasks = {t.id: t for t in tasks}
-        self.group_size, self.seed = group_size, seed
+        self.group_size, self.seed, self.sampler = group_size, seed, sampler
         self.next_group = 0
         self.pending: dict[int, _Pending] = {}
         self._reissue: list[int] = []
@@ -88,8 +97,11 @@ class GroupScheduler:
                 return Slot(gid, p.task, p.issued - 1)
         gid = self.next_group
         self.next_group += 1
-        self.pending[gid] = _Pending(self._task_for(gid), issued=1)
-        return Slot(gid, self.pending[gid].task, 0)
+        task = self._task_for(gid)
+        if self.sampler is not None:
+            task = self.tasks[self.sampler.draw(gid, [p.task.id for p in self.pending.values()], task.id)]
+        self.pending[gid] = _Pending(task, issued=1)
+        return Slot(gid, task, 0)
 
     def record(self, slot: Slot, outcome: AttemptOutcome) -> list[AttemptOutcome] | None:
         """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in."""
@@ -102,6 +114,15 @@ class GroupScheduler:
             self._reissue.remove(slot.group_id)
         return sorted(p.outcomes, key=lambda o: o.attempt_id)
 
+    def settle(self, group_id: int, task_id: str, outcomes: Sequence[AttemptOutcome]) -> None:
+        """Tell the sampler how a complete group went (a group with a lost attempt says nothing of the task)."""
+        if self.sampler is None:
+            return
+        if any(o.lost for o in outcomes):
+            self.sampler.predicted.pop(group_id, None)
+            return
+        self.sampler.settle(group_id, task_id, [(o.score.solved, o.score.reward) for o in outcomes])
+
     @property
     def open_groups(self) -> int:
         """Groups issued whose attempts are not all finished (still sampling)."""
@@ -111,9 +132,14 @@ class GroupScheduler:
         """Whether ``next_slot`` would start a new group (every open group has all its attempts issued)."""
         return all(p.issued >= self.group_size for p in self.pending.values())
 
-    def cursor(self, queued: Sequence[int] = ()) -> dict[str, Any]:
-        """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ids) rerun on resume."""
-        unfinished = {gid: p.task.id for gid, p in self.pending.items()} | {g: self._task_for(g).id for g in queued}
+    def cursor(self, queued: Sequence[int] | Mapping[int, str] = ()) -> dict[str, Any]:
+        """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ones) rerun on resume.
+
+        ``queued``: the queued groups' ids → task ids (needed when a sampler drew them), or their ids alone
+        (the shuffled order recomputes their tasks).
+        """
+        queued_tasks = dict(queued) if isinstance(queued, Mapping) else {g: self._task_for(g).id for g in queued}
+        unfinished = {gid: p.task.id for gid, p in self.pending.items()} | queued_tasks
         return {"next_group": self.next_group, "unfinished": {str(g): unfinished[g] for g in sorted(unfinished)}}
 
 

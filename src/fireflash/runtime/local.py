@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from fireflash.curation.config import CurationConfig
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import (
     Engine,
@@ -114,7 +115,8 @@ class LocalRuntime(LoopStateView):
     past it, workers open no new group until the trainer takes a batch or a group closes. ``mode="sync"``
     bounds it at ``groups_per_step`` (one batch sampled, then trained: every trained turn is fresh).
     ``trainer_threads``: torch threads of the trainer thread (``TrainerThread``); None inherits.
-    ``cursor``: a checkpoint's (``Trainer.restore``) on ``--resume``: groups to rerun, the entropy history.
+    ``cursor``: a checkpoint's (``Trainer.restore``) on ``--resume``: groups to rerun, the entropy history, the curation state.
+    ``curation`` / ``probe_seed``: the draw of each new group's task (``RLLoop``; None: seeded shuffled order).
 
     The loop is ``self.loop`` (``runtime.loop.RLLoop``); this class is its ``LoopHooks``.
     """
@@ -147,6 +149,8 @@ class LocalRuntime(LoopStateView):
         save_trajectories: bool = True,
         max_queued_groups: int | None = None,
         trainer_threads: int | None = None,
+        curation: CurationConfig | None = None,
+        probe_seed: Sequence[tuple[str, int, int, float]] = (),
     ) -> None:
         self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
         self.engine = MeteredEngine(engine)
@@ -160,7 +164,7 @@ class LocalRuntime(LoopStateView):
             groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
             discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
             checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
-            max_queued_groups=max_queued_groups,
+            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
         )
         self.loop.load_cursor(cursor)
 

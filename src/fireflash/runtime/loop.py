@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from fireflash.curation.config import CurationConfig
+from fireflash.curation.sampler import TaskSampler
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rl.metrics import detect_entropy_rise
@@ -169,6 +171,7 @@ async def settle_attempt(
     if complete is None:
         return
     verdict = finish_group(slot.task.id, complete, objective, discard_zero_signal)
+    scheduler.settle(slot.group_id, slot.task.id, complete)  # the task's pass-rate state (online curation)
     for s in stats:
         s.groups_done += 1
         s.groups_zero_signal += verdict.kind == "zero_signal"
@@ -193,6 +196,11 @@ class RLLoop:
     group plus one step of slack) means no fresh turn is coming, e.g. an engine reporting wrong weight
     versions: the run stops with ``TrainingStalled`` after logging the count, never spins until the wall limit.
 
+    ``curation`` (``[runtime.curation]``, issue 29): each new group's task is drawn by a
+    ``curation.sampler.TaskSampler`` seeded with ``probe_seed`` (``(task_id, passes, attempts, mean_reward)``
+    per probed task), whose state the checkpoint cursor carries and whose ``curation/*`` metrics join every
+    row; None keeps the seeded shuffled order without curation state.
+
     Call ``load_cursor`` before ``run``. Other args: as ``LocalRuntime``.
     """
 
@@ -215,8 +223,12 @@ class RLLoop:
         writer: MetricsWriter | None = None,
         save_trajectories: bool = True,
         max_queued_groups: int | None = None,
+        curation: CurationConfig | None = None,
+        probe_seed: Sequence[tuple[str, int, int, float]] = (),
     ) -> None:
         self.hooks = hooks
+        self.curation, self.probe_seed = curation, list(probe_seed)
+        self.sampler: TaskSampler | None = None  # set by load_cursor when curation is on
         self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
         self.objective, self.steps, self.mode = objective, steps, mode
         self.max_inflight, self.discard_zero_signal = max_inflight_attempts, discard_zero_signal_groups
@@ -244,14 +256,26 @@ class RLLoop:
         Raises:
             ValueError: the cursor names tasks not in the pool, or the pool is empty (``GroupScheduler``).
         """
-        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor)
+        self.sampler = None
+        if self.curation is not None:
+            self.sampler = TaskSampler([t.id for t in self.tasks], self.curation, self.group_size, self.seed)
+            if cursor and "curation" in cursor:  # the probe's seed is in the saved state already
+                self.sampler.load_state_dict(cursor["curation"])
+            else:
+                self.sampler.seed_probe(self.probe_seed)
+        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor, self.sampler)
         self.entropy_history = list((cursor or {}).get("entropy_history", []))
 
     def cursor(self) -> dict[str, Any]:
-        """What a checkpoint carries for ``--resume``: the scheduler's cursor (queued groups rerun) and the
-        entropy history, so the entropy-rise detector's lowest window survives the resume. JSON-able."""
+        """What a checkpoint carries for ``--resume``: the scheduler's cursor (queued groups rerun), the
+        entropy history, so the entropy-rise detector's lowest window survives the resume, and the curation
+        state (per-task outcome counts, streaks, retirements). JSON-able."""
         assert self.scheduler is not None, "load_cursor first"
-        return self.scheduler.cursor(self.queue.group_ids()) | {"entropy_history": list(self.entropy_history)}
+        out = self.scheduler.cursor({gid: g.task_id for gid, g in self.queue.items})
+        out["entropy_history"] = list(self.entropy_history)
+        if self.sampler is not None:
+            out["curation"] = self.sampler.state_dict(int(g) for g in out["unfinished"])
+        return out
 
     async def run(self) -> list[dict[str, float]]:
         """Run until ``steps`` optimizer steps are done (or the wall limit); returns each step's metrics.
@@ -265,6 +289,8 @@ class RLLoop:
         if self.writer is not None:
             self.writer.drop_after(self.hooks.step)
         self._saved_step = self.hooks.step  # a resumed run's checkpoint, or nothing to save at step 0
+        if self.sampler is not None:
+            self.sampler.weight_version = self.hooks.weight_version
         loops = [asyncio.create_task(self._slot_loop()) for _ in range(self.max_inflight)]
         try:
             loops.append(asyncio.create_task(self._step_loop()))
@@ -345,6 +371,8 @@ class RLLoop:
                     ) from e
                 continue
             await hooks.publish_weights()
+            if self.sampler is not None:  # groups settled from now on were sampled with the new weights
+                self.sampler.weight_version = hooks.weight_version
             trainer_busy += metrics["step_sec"]
             wall = time.perf_counter() - wall0
             engine_busy = await hooks.engine_busy_sec() - busy0
@@ -363,7 +391,7 @@ class RLLoop:
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
-            } | hooks.extra_metrics()
+            } | hooks.extra_metrics() | (self.sampler.metrics() if self.sampler is not None else {})
             self.skipped_steps = 0
             self.history.append(metrics)
             # the row before the checkpoint: a kill between the two then reruns a logged step (its row is

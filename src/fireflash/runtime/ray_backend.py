@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fireflash.curation.config import CurationConfig
 from fireflash.harness.config import HarnessConfig
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
@@ -199,6 +200,8 @@ class RayRuntime(LoopStateView):
         weight_sync: Literal["collective", "disk"] = "collective",
         weight_sync_timeout_sec: float = 300.0,
         engine_start_timeout_sec: float = 900.0,
+        curation: CurationConfig | None = None,
+        probe_seed: Sequence[tuple[str, int, int, float]] = (),
     ) -> None:
         if not placement.engines_in_workers and connect_server is None:
             raise ValueError("engine servers need connect_server (url → client) to push weights to them")
@@ -216,7 +219,7 @@ class RayRuntime(LoopStateView):
             groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
             discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
             checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
-            max_queued_groups=max_queued_groups,
+            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
         )
         self.trainer = TrainerProgress()
         self.workers: list[_Worker] = []

@@ -1,0 +1,48 @@
+"""``[runtime.curation]``: how the run draws the task of each new group (RECIPE.md §2, issue 29)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CurationConfig(BaseModel):
+    """Online curation knobs. The static probe filter (``tasks.pool_manifest``) applies first; these act on the
+    pool it leaves. ``sampler = "uniform"`` keeps the seeded shuffled order (the A/B baseline); the pass-rate
+    state and its metrics are kept in either mode, so a uniform run reports the same predictions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sampler: Literal["online", "uniform"] = Field(
+        "online", description="'online': draw a task by its chance of a group with signal (Thompson sample of "
+        "1 - sum_v pi_v^G, curation/sampler.py); 'uniform': every task once per epoch in a seeded shuffle."
+    )
+    half_life_versions: float = Field(
+        20.0, gt=0, description="Weight versions after which a past attempt (probe or training) counts half in a "
+        "task's pass-rate state: older policies say less about the current one."
+    )
+    prior_attempts: float = Field(
+        1.0, gt=0, description="Pseudo-attempts of the Dirichlet prior, split evenly between 'solved' and "
+        "'unsolved with reward 0'; the whole state of a task neither probed nor drawn yet."
+    )
+    retire_after_groups: int = Field(
+        3, ge=1, description="Retire a task after this many consecutive zero-signal groups of the same kind (all "
+        "solved, or all unsolved with equal reward)."
+    )
+    readmit_every_groups: int = Field(
+        16, ge=0, description="Every this many new groups, the task retired longest ago is drawn once more (a "
+        "re-probe): back in the pool if its group has signal, retired again otherwise. 0: never."
+    )
+    min_draw_weight: float = Field(
+        0.02, ge=0, le=1, description="Floor of an active task's draw weight, so no task in the pool is starved by "
+        "one unlucky Thompson sample."
+    )
+    draw_weight_power: float = Field(
+        4.0, gt=0, description="Draw weight = (sampled chance of signal) ** this: 1 draws in proportion to it, "
+        "higher concentrates the draws on the likeliest tasks (benchmarks/curation.py compares them)."
+    )
+    open_group_power: float = Field(
+        2.0, ge=0, description="Draw weight divided by (1 + the task's groups still sampling) ** this: spreads the "
+        "groups in flight over tasks whose outcomes are alike; 0 ignores them."
+    )
