@@ -19,7 +19,9 @@ pytestmark = pytest.mark.unit
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
-def run(tmp_path, module: str, checks: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict[str, bool]]:
+def run(
+    tmp_path, module: str, checks: str, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict[str, bool]]:
     """Run ``checks`` (a test file) in ``tmp_path`` with ``mymod.py`` (the code under test) beside it."""
     (tmp_path / "mymod.py").write_text(textwrap.dedent(module))
     (tmp_path / "tests").mkdir(exist_ok=True)

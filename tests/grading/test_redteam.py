@@ -743,4 +743,3 @@ def test_legitimate_solution_still_scores_one(lab, name):
     task_id, turns, _ = ATTACKS[name]
     score = lab.attack(task_id, turns, solve=True, **_limits(name))
     assert score.reward == 1.0 and score.solved, f"{name}: {score.reward} {score.reason} {score.log[-800:]}"
-

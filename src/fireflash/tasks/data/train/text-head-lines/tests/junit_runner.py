@@ -65,15 +65,11 @@ import builtins
 import collections
 import contextlib
 import datetime
-import decimal
-import fractions
 import functools
 import importlib.machinery
-import importlib.util
 import json
 import operator
 import os
-import pathlib
 import select
 import signal
 import struct
@@ -273,7 +269,12 @@ def _encode(v, to_ref):
     if isinstance(v, str):
         return str.__str__(v)
     if isinstance(v, tuple) and hasattr(t, "_fields") and isinstance(t._fields, tuple):  # a namedtuple
-        return ["namedtuple", t.__name__, [str(f) for f in t._fields], [_encode(x, to_ref) for x in tuple.__iter__(v)]]
+        return [
+            "namedtuple",
+            t.__name__,
+            [str(f) for f in t._fields],
+            [_encode(x, to_ref) for x in tuple.__iter__(v)],
+        ]
     if isinstance(v, (bytes, bytearray)):
         return ["bytes" if isinstance(v, bytes) else "bytearray", bytes(v).decode("latin-1")]
     if isinstance(v, (list, tuple, set, frozenset, collections.deque)):
@@ -297,13 +298,15 @@ def _encode(v, to_ref):
         return ["time", v.isoformat()]
     if isinstance(v, datetime.timedelta):
         return ["timedelta", v.days, v.seconds, v.microseconds]
-    if isinstance(v, decimal.Decimal):
-        return ["decimal", str(v)]
-    if isinstance(v, fractions.Fraction):
-        return ["fraction", v.numerator, v.denominator]
     if isinstance(v, complex):
         return ["complex", v.real, v.imag]
-    if isinstance(v, pathlib.PurePath):
+    # types of modules the runner does not import (each costs ~10 ms at start): a value of one exists only
+    # if its module was imported
+    if "decimal" in sys.modules and isinstance(v, sys.modules["decimal"].Decimal):
+        return ["decimal", str(v)]
+    if "fractions" in sys.modules and isinstance(v, sys.modules["fractions"].Fraction):
+        return ["fraction", v.numerator, v.denominator]
+    if "pathlib" in sys.modules and isinstance(v, sys.modules["pathlib"].PurePath):
         return ["path", str(v)]
     if isinstance(v, type) and issubclass(v, BaseException) and _BUILTIN_EXCEPTIONS.get(v.__name__) is v:
         return ["exctype", v.__name__]
@@ -349,10 +352,18 @@ def _decode(x, from_ref):
         cls = {"datetime": datetime.datetime, "date": datetime.date, "time": datetime.time}.get(tag)
         if cls is not None:
             return cls.fromisoformat(args[0])
-        return decimal.Decimal(args[0]) if tag == "decimal" else pathlib.Path(args[0])
+        if tag == "decimal":
+            import decimal  # only when one crosses (see _encode)
+
+            return decimal.Decimal(args[0])
+        import pathlib
+
+        return pathlib.Path(args[0])
     if tag == "timedelta" and len(args) == 3 and all(type(a) is int for a in args):
         return datetime.timedelta(days=args[0], seconds=args[1], microseconds=args[2])
     if tag == "fraction" and len(args) == 2 and all(type(a) is int for a in args):
+        import fractions
+
         return fractions.Fraction(args[0], args[1])
     if tag == "complex" and len(args) == 2 and all(type(a) in (int, float) for a in args):
         return complex(args[0], args[1])
@@ -385,7 +396,10 @@ def _exception_type(qualname, module, base):
     both catch what the code under test raised."""
     key = (module, qualname, base)
     if key not in _EXCEPTION_TYPES:
-        if not all(type(s) is str and len(s) <= MAX_NAME_CHARS for s in key) or base not in _BUILTIN_EXCEPTIONS:
+        if (
+            not all(type(s) is str and len(s) <= MAX_NAME_CHARS for s in key)
+            or base not in _BUILTIN_EXCEPTIONS
+        ):
             raise ValueError("bad exception type")
         cls = type(qualname.rpartition(".")[2] or "Error", (_BUILTIN_EXCEPTIONS[base],), {})
         cls.__module__, cls.__qualname__ = module, qualname
@@ -416,7 +430,9 @@ def _read_exact(fd, n, deadline):
 def _read_frame(fd, deadline):
     (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
     if size > MAX_FRAME_BYTES:
-        raise AgentProcessError(f"the code under test sent {size} bytes in one answer (limit {MAX_FRAME_BYTES})")
+        raise AgentProcessError(
+            f"the code under test sent {size} bytes in one answer (limit {MAX_FRAME_BYTES})"
+        )
     return _read_exact(fd, size, deadline)
 
 
@@ -428,10 +444,17 @@ class _Remote:
     by identity: the code under test cannot decide whether its value equals the expected one. Two references
     are compared by the code under test's own ``==`` only when the check compares two of its objects."""
 
-    __slots__ = ("_ff_agent", "_ff_id", "_ff_gen", "_ff_path", "_ff_type", "__weakref__")
+    __slots__ = ("__weakref__", "_ff_agent", "_ff_gen", "_ff_id", "_ff_path", "_ff_type")
 
     def __init__(self, agent, ref_id, gen, path, type_name):
-        for name, value in zip(self.__slots__, (agent, ref_id, gen, path, type_name)):
+        fields = {
+            "_ff_agent": agent,
+            "_ff_id": ref_id,
+            "_ff_gen": gen,
+            "_ff_path": path,
+            "_ff_type": type_name,
+        }
+        for name, value in fields.items():  # __setattr__ is forwarded to the agent process
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
@@ -592,17 +615,24 @@ class _Agent:
         try:
             _write_frame(self.fds[0], payload)
             answer = json.loads(_read_frame(self.fds[1], time.monotonic() + limit + GRACE_SEC))
-            if type(answer) is not list or len(answer) != 4 or type(answer[0]) is not int or answer[0] != self.seq:
+            if (
+                type(answer) is not list
+                or len(answer) != 4
+                or type(answer[0]) is not int
+                or answer[0] != self.seq
+            ):
                 raise ValueError("malformed answer")
             _, kind, value, extra = answer
             value = _decode(value, lambda fields: self._from_ref(fields, path))
             if kind == "raise":
                 error_args = _decode(extra, lambda fields: self._from_ref(fields, None))
-                if not (isinstance(value, type) and issubclass(value, BaseException) and type(error_args) is tuple):
+                if not (
+                    isinstance(value, type) and issubclass(value, BaseException) and type(error_args) is tuple
+                ):
                     raise ValueError("malformed exception")
             elif kind != "ok" or (want is not None and type(value) is not want):
                 raise ValueError(f"malformed answer to {op}")
-        except BaseException as e:  # noqa: BLE001 - the time limit, a dead process or garbage: fail closed
+        except BaseException as e:  # the time limit, a dead process or garbage: fail closed
             self.stop(f"the call to the code under test failed: {_format(e)[:MESSAGE_CHARS]}")
             if isinstance(e, (CheckTimeout, AgentProcessError)):
                 raise
@@ -677,7 +707,9 @@ class _Finder:
                 return spec
         top = fullname.partition(".")[0]
         if top not in self.remote_tops:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path if path is not None else self.trusted_path)
+            spec = importlib.machinery.PathFinder.find_spec(
+                fullname, path if path is not None else self.trusted_path
+            )
             if spec is not None or "." in fullname:
                 return spec
         extra = [p for p in sys.path if p not in self.agent.setup.child_path]
@@ -685,7 +717,7 @@ class _Finder:
         if not isinstance(module, _RemoteModule):
             raise AgentProcessError(f"importing {fullname} gave no module")
         self.remote_tops.add(top)
-        return importlib.util.spec_from_loader(fullname, _Loader(module), is_package=module._ff_package)
+        return importlib.machinery.ModuleSpec(fullname, _Loader(module), is_package=module._ff_package)
 
 
 class _Loader:
@@ -718,7 +750,9 @@ def _serve(req_fd, resp_fd, setup):
         if isinstance(module, _RemoteModule):
             del sys.modules[name]
     if setup.libc is not None:
-        setup.libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries as usual; the test process stays not
+        setup.libc.prctl(
+            PR_SET_DUMPABLE, 1, 0, 0, 0
+        )  # its own /proc entries as usual; the test process stays not
         _enter_landlock(setup.libc, setup.abi, setup.tests_dir)
     objects, ids = {}, {}
 
