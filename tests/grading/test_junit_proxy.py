@@ -232,3 +232,12 @@ def test_a_missing_module_is_an_import_error(tmp_path):
     checks = "try:\n    import no_such_module\nexcept ImportError:\n    MISSING = True\n\ndef test_missing():\n    assert MISSING\n"
     _, results = run(tmp_path, "", checks)
     assert results == {"test_missing": True}
+
+
+def test_the_stdlibs_optional_imports_never_reach_the_workdir(tmp_path):
+    """pathlib imports ntpath, which tries ``_winapi``: a workdir ``_winapi.py`` must not be imported for it
+    (only the test file's own imports go to the agent process)."""
+    (tmp_path / "_winapi.py").write_text("open('imported', 'w').close()\n")
+    checks = "import os\nfrom pathlib import Path\n\ndef test_not_imported():\n    assert Path('.').exists() and not os.path.exists('imported')\n"
+    _, results = run(tmp_path, "", checks)
+    assert results == {"test_not_imported": True}

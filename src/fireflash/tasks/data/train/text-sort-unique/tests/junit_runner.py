@@ -302,17 +302,27 @@ def _encode(v, to_ref):
         return ["complex", v.real, v.imag]
     # types of modules the runner does not import (each costs ~10 ms at start): a value of one exists only
     # if its module was imported
-    if "decimal" in sys.modules and isinstance(v, sys.modules["decimal"].Decimal):
+    if isinstance(v, _loaded_type("decimal", "Decimal")):
         return ["decimal", str(v)]
-    if "fractions" in sys.modules and isinstance(v, sys.modules["fractions"].Fraction):
+    if isinstance(v, _loaded_type("fractions", "Fraction")):
         return ["fraction", v.numerator, v.denominator]
-    if "pathlib" in sys.modules and isinstance(v, sys.modules["pathlib"].PurePath):
+    if isinstance(v, _loaded_type("pathlib", "PurePath")):
         return ["path", str(v)]
     if isinstance(v, type) and issubclass(v, BaseException) and _BUILTIN_EXCEPTIONS.get(v.__name__) is v:
         return ["exctype", v.__name__]
     if t.__module__ == "numpy" and getattr(v, "ndim", None) == 0 and hasattr(v, "item"):  # np.int64(3): 3
         return _encode(v.item(), to_ref)
     return to_ref(v)
+
+
+def _loaded_type(module, name):
+    """``module.name`` if that module is imported (and done importing), else a type nothing is an instance of."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls if isinstance(cls, type) else _Never
+
+
+class _Never:
+    pass
 
 
 _CONTAINERS = {"list": list, "tuple": tuple, "frozenset": frozenset, "set": set, "deque": collections.deque}
@@ -696,9 +706,22 @@ class _Finder:
     directory a test file put on ``sys.path``) is imported in the agent process and given as a
     ``_RemoteModule``, with its submodules."""
 
-    def __init__(self, agent, trusted_path):
-        self.agent, self.trusted_path = agent, trusted_path
+    def __init__(self, agent, trusted_path, test_file):
+        self.agent, self.trusted_path, self.test_file = agent, trusted_path, test_file
         self.remote_tops = set()
+
+    def _asked_by_test_file(self):
+        """Whether the import being resolved was asked for by the test file itself (an ``import`` there, or
+        ``importlib.import_module`` called from there). The stdlib's own optional imports (``ntpath``'s
+        ``_winapi``) and site-packages' never reach the agent process: a module the agent planted under such
+        a name must not stand in for one a trusted library looks for."""
+        frame = sys._getframe(2)
+        while frame is not None and (
+            frame.f_code.co_filename.startswith("<frozen importlib")
+            or frame.f_code.co_filename == importlib.__file__
+        ):
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename == self.test_file
 
     def find_spec(self, fullname, path=None, target=None):
         for importer in (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter):
@@ -710,7 +733,7 @@ class _Finder:
             spec = importlib.machinery.PathFinder.find_spec(
                 fullname, path if path is not None else self.trusted_path
             )
-            if spec is not None or "." in fullname:
+            if spec is not None or "." in fullname or not self._asked_by_test_file():
                 return spec
         extra = [p for p in sys.path if p not in self.agent.setup.child_path]
         module = self.agent.request("import", fullname, extra)
@@ -833,7 +856,8 @@ def _child(write_fd, path, source, declared, setup):
         sys.path[:] = setup.child_path
         # the code under test is imported only through the agent process (cwd is not a trusted path)
         agent = _Agent(setup)
-        sys.meta_path[:] = [_Finder(agent, setup.child_path[:-1])]
+        agent.start()  # now, holding no import lock, with no test code loaded
+        sys.meta_path[:] = [_Finder(agent, setup.child_path[:-1], path)]
         module_name = os.path.splitext(os.path.basename(path))[0]
         module = type(sys)(module_name)
         module.__file__ = path
