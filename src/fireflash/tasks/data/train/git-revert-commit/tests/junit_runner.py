@@ -564,7 +564,8 @@ class _RemoteModule(types.ModuleType):
 
 
 class _Agent:
-    """The test process's side of the agent process: forks it on first use, sends requests, rebuilds answers.
+    """The test process's side of the agent process: forks it (before the test file loads, and again on the
+    first call after one failed), sends requests, rebuilds answers.
 
     A call that fails mid-way (the time limit, the process died or sent garbage) kills the process and marks
     the running check failed (``broken``) whatever the check then does; the next call starts a fresh process,
@@ -633,6 +634,8 @@ class _Agent:
             ):
                 raise ValueError("malformed answer")
             _, kind, value, extra = answer
+            if type(value) is not list or value[:1] != ["ref"]:
+                path = None  # the path names the answer itself, not a reference inside it
             value = _decode(value, lambda fields: self._from_ref(fields, path))
             if kind == "raise":
                 error_args = _decode(extra, lambda fields: self._from_ref(fields, None))
