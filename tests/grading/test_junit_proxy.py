@@ -51,10 +51,26 @@ def test_an_object_equal_to_everything_is_not_equal(tmp_path):
         "class Obj:\n    def __eq__(self, other):\n        return True\n"
         "def anything():\n    return Obj()\n"
     )
-    checks = CHECK + "\ndef test_obj():\n    from mymod import anything\n    assert anything() == 7\n"
+    module += (
+        "class Bag:\n    def __contains__(self, item):\n        return True\n"
+        "    def __iter__(self):\n        return iter([])\n"
+        "def names():\n    return Bag()\n"
+    )
+    checks = CHECK + (
+        "\ndef test_obj():\n    from mymod import anything\n    assert anything() == 7\n"
+        "\ndef test_two_objects():\n    from mymod import anything\n    assert anything() == anything()\n"
+        "\ndef test_contains():\n    from mymod import names\n    assert 'alice' in names()\n"
+    )
     _, results = run(tmp_path, module, checks)
-    # Any(0) crosses as the int 0: honest where 0 is right, wrong elsewhere; Obj crosses as a reference
-    assert results == {"test_finds": False, "test_other": True, "test_obj": False}
+    # Any(0) crosses as the int 0: honest where 0 is right, wrong elsewhere; Obj crosses as a reference equal
+    # only to itself, even to another of its kind; "in" walks the Bag's items instead of asking it
+    assert results == {
+        "test_finds": False,
+        "test_other": True,
+        "test_obj": False,
+        "test_two_objects": False,
+        "test_contains": False,
+    }
 
 
 REPLACE_TEST_CODE = """

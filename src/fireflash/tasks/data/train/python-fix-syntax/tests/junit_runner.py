@@ -30,8 +30,8 @@ Four roles (issue 27: the report must come from a process the code under test ca
   float, str, bytes, list, tuple, dict, set, deque, Counter, OrderedDict, defaultdict of a builtin,
   namedtuple, date/datetime/time/timedelta, Decimal, Fraction, complex, Path: ``_encode``/``_decode``),
   rebuilt here as the real stdlib types; any other object stays in the agent process and comes back as a
-  reference, equal only to itself (a check that compares two of the agent's objects asks the agent's
-  ``==``). An exception raised there is raised here as its builtin type, or as a local subclass of its
+  reference, equal only to itself (``in`` iterates it; a check that compares two of the agent's objects
+  must compare their attributes). An exception raised there is raised here as its builtin type, or as a local subclass of its
   nearest builtin base with its name (``_exception_type``), so ``except ValueError`` and ``except
   mymodule.MyError`` both work. A call that hangs past the check's limit, dies or answers garbage fails its
   check whatever the check catches (``AgentProcessError``), and the next call starts a fresh agent process.
@@ -449,10 +449,10 @@ def _read_frame(fd, deadline):
 class _Remote:
     """A reference to an object of the code under test (a function, class, instance, module...).
 
-    Attribute access, calls, items, ``len``, ``in``, ``bool``, ``str``, ``repr``, iteration and
-    ``isinstance`` are forwarded; what comes back is plain data or another reference. Equality and hashing are
-    by identity: the code under test cannot decide whether its value equals the expected one. Two references
-    are compared by the code under test's own ``==`` only when the check compares two of its objects."""
+    Attribute access, calls, items, ``len``, ``bool``, ``str``, ``repr``, iteration and ``isinstance`` are
+    forwarded; what comes back is plain data or another reference. Equality and hashing are by identity and
+    ``in`` iterates: the code under test cannot decide whether its value equals or contains the expected one,
+    not even when the check compares two of its objects (compare their attributes instead)."""
 
     __slots__ = ("__weakref__", "_ff_agent", "_ff_gen", "_ff_id", "_ff_path", "_ff_type")
 
@@ -493,9 +493,6 @@ class _Remote:
     def __len__(self):
         return self._ff_agent.request("len", self, want=int)
 
-    def __contains__(self, item):
-        return self._ff_agent.request("contains", self, item, want=bool)
-
     def __bool__(self):
         return self._ff_agent.request("bool", self, want=bool)
 
@@ -515,19 +512,9 @@ class _Remote:
     def __next__(self):
         return self._ff_agent.request("next", self)
 
-    def __eq__(self, other):
-        if self is other:
-            return True
-        if isinstance(other, _Remote) and other._ff_agent is self._ff_agent:
-            return self._ff_agent.request("eq", self, other, want=bool)
-        return NotImplemented
-
-    def __ne__(self, other):
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __hash__(self):
-        return object.__hash__(self)
+    # no __eq__, __ne__ or __contains__: equality is identity, and ``x in obj`` walks ``iter(obj)``, whose
+    # items are plain data the check compares here (a predicate of the agent's, "equal to" or "contains",
+    # would let it answer yes to everything)
 
     def __instancecheck__(self, obj):
         return self._ff_agent.request("isinstance", obj, self, want=bool)
@@ -817,13 +804,11 @@ def _serve(req_fd, resp_fd, setup):
         "setitem": operator.setitem,
         "delitem": operator.delitem,
         "len": len,
-        "contains": operator.contains,
         "bool": bool,
         "str": str,
         "repr": repr,
         "iter": iterate,
         "next": next,
-        "eq": lambda a, b: bool(a == b),
         "isinstance": isinstance,
         "issubclass": issubclass,
     }
