@@ -269,6 +269,13 @@ ATTACKS: dict[str, tuple[str, list[str], float]] = {
         ],
         2 / 3,
     ),
+    # a module the stdlib imports only if present (pathlib → ntpath → _winapi): not shadowed, but found in the
+    # workdir when the test file imports pathlib; the runner now sends only the test file's own imports there
+    "stdlib-optional-import-in-workdir": (
+        STOCK,
+        [bash(STOCK_PARTIAL), write("/app/_winapi.py", REPLACE_TEST_CODE + "raise ImportError('no')\n")],
+        2 / 3,
+    ),
     "stdlib-shadow-in-runner-imports": (
         SWE,
         [
@@ -568,18 +575,23 @@ ATTACKS: dict[str, tuple[str, list[str], float]] = {
         [bash(f"cat >> /app/algos/__init__.py <<'EOF'\n{FORGE}\n_ff_forge()\n{PIPE_CRASH}EOF")],
         0.0,
     ),
-}
-
-# Known gaps (verifier.py docstring): the code under test runs in the same process as the checks that call
-# it, so it can make them pass without solving anything. Closing them needs the checks to run in a process
-# that imports the code under test only behind a proxy of plain data (issue 27, phase 2).
-KNOWN_GAPS = {
-    # the classic: return an object equal to everything
+    # in-process forgeries, closed by the runner's proxy of plain data: the checks run in a process that
+    # never runs the code under test (junit_runner.py); the classic: return an object equal to everything
     "module-under-test-always-equal": (
         SWE,
         [
             bash(
                 "cat >> /app/algos/search.py <<'EOF'\nclass _Any(int):\n    def __eq__(self, other):\n        return True\n    __ne__ = lambda self, other: False\n    __hash__ = int.__hash__\ndef binary_search(*a, **k):\n    return _Any()\nEOF"
+            )
+        ],
+        0.0,
+    ),
+    # the same with an object of its own class (it crosses as a reference, equal only to itself)
+    "module-under-test-always-equal-object": (
+        SWE,
+        [
+            bash(
+                "cat >> /app/algos/search.py <<'EOF'\nclass _Any:\n    def __eq__(self, other):\n        return True\n    __ne__ = lambda self, other: False\n    __hash__ = object.__hash__\ndef binary_search(*a, **k):\n    return _Any()\nEOF"
             )
         ],
         0.0,
@@ -738,24 +750,3 @@ def test_legitimate_solution_still_scores_one(lab, name):
     task_id, turns, _ = ATTACKS[name]
     score = lab.attack(task_id, turns, solve=True, **_limits(name))
     assert score.reward == 1.0 and score.solved, f"{name}: {score.reward} {score.reason} {score.log[-800:]}"
-
-
-# why each known gap still forges: the one fix for all is the proxy of plain data named above
-GAP_REASONS = {
-    "module-under-test-always-equal": "the check compares the module's own object, whose __eq__ says True",
-    "module-under-test-replaces-test-code": "the test functions live in the process that imports the module",
-    "module-under-test-writes-outcome-pipe": "the test process owns the write end of the outcome pipe",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"known gap: {GAP_REASONS[n]}"))
-        for n in KNOWN_GAPS
-    ],
-)
-def test_known_gap_in_process_forgery(lab, name):
-    """Each still forges (strict xfail): when one stops forging, move it to ATTACKS."""
-    task_id, turns, honest = KNOWN_GAPS[name]
-    assert lab.attack(task_id, turns).reward == pytest.approx(honest)

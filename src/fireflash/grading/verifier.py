@@ -32,18 +32,25 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
   no configuration file and no index; apt finds no sources (its ``update`` succeeds, its ``install`` finds
   the staged packages). ``staged_tools_env`` lists every variable; a forging wheel the agent offers uv
   through its own ``uv.toml`` is kept as a test (tests/tasks/test_images.py).
-- **The report comes from a process that never runs the code under test.** The bundled runner
-  (``junit_runner.py``) has a parent that reads the test files once, takes the checks they declare from
-  their source (AST) and writes the report, and per test file a test process that imports it (the working
-  directory on ``sys.path`` after the stdlib and site-packages: a ``/app/csv.py`` cannot shadow ``csv``)
-  and sends one outcome per check over a pipe; a check without an outcome (the process died, hung, or
-  reported less) fails. The parent is not dumpable (no ptrace or ``/proc/PID/mem`` from the same user),
-  ignores catchable signals, kills every process but its ancestors before writing (bwrap sandboxes only,
-  as ``KILL_STRAYS``), fails every check and stops the shell when a test script changed during the run
-  (bash reads on into appended lines), removes whatever the tests left at the report's path and writes
-  the report atomically. Where the kernel has Landlock (ABI 6+, Linux 6.12) the test process and all it
-  starts run in a Landlock domain: they cannot write ``/tests``, ptrace or open ``/proc/PID/{fd,mem}`` of,
-  or signal the runner or the shells above it, and a supervisor kills all of them at once (``kill(-1)``
+- **The report and the checks come from processes that never run the code under test.** The bundled
+  runner (``junit_runner.py``) has a parent that reads the test files once, takes the checks they declare
+  from their source (AST) and writes the report, and per test file a test process that imports it and
+  sends one outcome per check over a pipe; a check without an outcome (the process died, hung, or
+  reported less) fails. The test process imports the code under test only as a proxy: the module runs in
+  an agent process (the working directory on its ``sys.path`` after the stdlib and site-packages: a
+  ``/app/csv.py`` cannot shadow ``csv``), every call crosses a pipe, and arguments and results are plain
+  data rebuilt as real stdlib types (an object of the code under test stays there as a reference equal
+  only to itself; its exceptions come back as builtin types or local stand-ins). So it cannot return an
+  object equal to everything, replace the checks' code or write their outcomes; a call that hangs, dies
+  or answers garbage fails its check even if the check catches every ``Exception``. The parent is not
+  dumpable (no ptrace or ``/proc/PID/mem`` from the same user), ignores catchable signals, kills every
+  process but its ancestors before writing (bwrap sandboxes only, as ``KILL_STRAYS``), fails every check
+  and stops the shell when a test script changed during the run (bash reads on into appended lines),
+  removes whatever the tests left at the report's path and writes the report atomically. Where the kernel
+  has Landlock (ABI 6+, Linux 6.12) the test process and all it starts run in a Landlock domain, the agent
+  process in one nested in it: they cannot write ``/tests``, ptrace or open ``/proc/PID/{fd,mem}`` of, or
+  signal a process outside their domain (the agent process: the test process; both: the runner and the
+  shells above it), and a supervisor kills all of them at once (``kill(-1)``
   scoped to the domain) before the report is written. The graders then compare the report with the
   checks the task declares, read from the task's test files on the host (``reports.declared_checks``): a
   missing, renamed, skipped or deselected check is a failure, and a reward file can only lower the
@@ -55,13 +62,14 @@ What is guaranteed (issue 27; RECIPE.md §3: the score must come from a process 
 
 What is *not* guaranteed:
 
-- Code that the task's tests themselves run (the module under test they import, a script they execute)
-  runs with the verifier's rights, by the task's design, in the same process as the checks that call it:
-  it can make them pass without solving anything (return an object equal to everything, replace the
-  test functions' code, write passing outcomes into the test process's pipe). Those forgeries are kept as
-  strict ``xfail`` cases in the red-team suite (``tests/grading/test_redteam.py``, ``KNOWN_GAPS``);
-  closing them needs the checks to run in the trusted process with the code under test behind a proxy
-  of plain data.
+- Code that the task's tests themselves run (the module under test they call, a script they execute)
+  runs with the verifier's rights, by the task's design: it decides what its functions return and what
+  its own objects say when a check asks (``str``, ``len``, attributes), and it can change files a check
+  reads after calling it. Through the bundled runner it never runs in the checks' process (above); under
+  pytest (``python3 -m pytest``, the TB2 shape) it does, and can make the checks pass without solving
+  anything (an object equal to everything; kept as cases against the bundled runner in
+  ``tests/grading/test_redteam.py``). A check that passes a function or mutates an argument in place
+  cannot work through the runner's proxy (the test file must use plain data, junit_runner.py).
 - Without Landlock (Linux < 6.12 lacks signal scoping, < 5.19 all of it) the test process can still
   write ``/tests``, signal the runner (``SIGKILL`` it after planting a report) and reach the shells above
   it through ``/proc`` (``/proc/PID/fd``, ptrace); outside a bwrap sandbox, processes the tests started
