@@ -158,11 +158,11 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
 async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
     """The gates the task at ``task_dir`` fails (``[]``: passes all nine; a load failure counts as gate 0)."""
     from fireflash.tasks.gates import validate_task  # the gates import the whole grading stack: only when used
-    from fireflash.tasks.loader import TaskLoadError, load_task
+    from fireflash.tasks.loader import TaskLoadError, load_harbor, load_task
     from fireflash.tasks.requirements import check_stated
 
     try:
-        task = load_task(task_dir)  # host-only: no image built for the gate-2 check
+        task = load_harbor(task_dir, images=True)  # read only: no image built for the gate-2 check
     except TaskLoadError:
         return [0]
     # gate 2 costs milliseconds on the host, the other eight a minute or more: a task failing it is dropped

@@ -29,6 +29,7 @@ from pathlib import Path
 COMPARE_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                 ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 MAX_REMOVED_LINES = 3
+ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
 OPERATORS = ("compare", "boolop", "off_by_one", "swap_branches", "remove_stmt", "constant", "default")
 
 
@@ -185,7 +186,10 @@ def _shift(node: ast.expr, delta: int) -> str:
 
 def _unparse(node: ast.AST, parens: bool = False) -> str:
     text = ast.unparse(node)
-    if parens and not isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)):
+    # `x + 1` needs no parentheses around x when x binds at least as tightly as + (a left operand)
+    tight = isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.UnaryOp)) or (
+        isinstance(node, ast.BinOp) and isinstance(node.op, ARITHMETIC))
+    if parens and not tight:
         return f"({text})"
     return text
 
