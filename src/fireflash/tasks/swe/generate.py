@@ -4,7 +4,7 @@
 
 Per package: the sdist (cached), its image (cached by content), the baseline (two offline runs; tests
 passing both are recorded), mutations in the seed's order tried in one offline sandbox until
-``2 * max_per_package`` are kept or the time budget is spent, then each kept one written as a task, run
+``3 * max_per_package`` are kept or the time budget is spent, then each kept one written as a task, run
 through the nine gates (unless ``gates=False``) and moved to ``out`` when it passes them all, until
 ``max_per_package`` are written. ``out/generate-report.json`` has per-package counts, seconds and drop
 reasons (``no_failure``, ``too_many_failures``, ``timeout``, ``collection_error``, ``nondeterministic``,
@@ -118,7 +118,7 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
     prefix = "" if pkg.source_root == "." else pkg.source_root.rstrip("/") + "/"
     plan = [{"id": i, "file": prefix + m.file, "mutated": m.mutated} for i, m in by_id.items()][: 40 * max_per_package]
     start = time.monotonic()
-    results = run_mutations(pkg, folder, sandbox, recorded, plan, max_fail=max_fail, max_keep=2 * max_per_package,
+    results = run_mutations(pkg, folder, sandbox, recorded, plan, max_fail=max_fail, max_keep=3 * max_per_package,
                             suite_sec=baseline["seconds"], deadline_sec=budget_sec)
     rep.seconds["mutations"] = round(time.monotonic() - start, 1)
     drops = Counter(r["reason"] for r in results if r["status"] == "dropped")
