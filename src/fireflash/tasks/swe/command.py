@@ -21,17 +21,25 @@ from fireflash.tasks.swe.packages import DEFAULT_PACKAGES, select_packages
 generate_app = typer.Typer(help="Generate task sets (issue 30: SWE tasks from PyPI packages).", no_args_is_help=True)
 
 
+OutOpt = typer.Option(..., "--out", help="Folder the tasks and generate-report.json are written to.")
+PackagesOpt = typer.Option("", "--packages", help="Comma-separated names (name==version pins another version); "
+                           f"default: all of {', '.join(p.name for p in DEFAULT_PACKAGES)}.")
+SeedOpt = typer.Option(0, "--seed", help="With package and version, fixes the mutations and their order.")
+MaxPerPackageOpt = typer.Option(20, "--max-per-package", min=1, help="Tasks written per package, at most.")
+MaxFailOpt = typer.Option(10, "--max-fail", min=1, help="A bug is kept when 1..N recorded tests fail.")
+BudgetOpt = typer.Option(1800.0, "--budget-sec-per-package", min=1.0, help="Seconds of mutation runs per package, at most.")
+GatesOpt = typer.Option(True, "--gates/--no-gates", help="Run the nine gates before writing a task.")
+
+
 @generate_app.command("swe")
 def swe_command(
-    out: Path = typer.Option(..., "--out", help="Folder the tasks and generate-report.json are written to."),
-    packages: str = typer.Option("", "--packages", help="Comma-separated names (name==version pins another version); "
-                                 f"default: all of {', '.join(p.name for p in DEFAULT_PACKAGES)}."),
-    seed: int = typer.Option(0, "--seed", help="With package and version, fixes the mutations and their order."),
-    max_per_package: int = typer.Option(20, "--max-per-package", min=1, help="Tasks written per package, at most."),
-    max_fail: int = typer.Option(10, "--max-fail", min=1, help="A bug is kept when 1..N recorded tests fail."),
-    budget_sec: float = typer.Option(1800.0, "--budget-sec-per-package", min=1.0,
-                                     help="Seconds of mutation runs per package, at most."),
-    gates: bool = typer.Option(True, "--gates/--no-gates", help="Run the nine gates before writing a task."),
+    out: Path = OutOpt,
+    packages: str = PackagesOpt,
+    seed: int = SeedOpt,
+    max_per_package: int = MaxPerPackageOpt,
+    max_fail: int = MaxFailOpt,
+    budget_sec: float = BudgetOpt,
+    gates: bool = GatesOpt,
 ) -> None:
     """Generate FAIL_TO_PASS tasks by mutating real packages; each written task passed the nine gates."""
     from fireflash.tasks.swe.generate import generate  # imports the sandbox and image stack: only when run

@@ -27,7 +27,7 @@ from fireflash.protocols import SCHEMA_VERSION
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
 from fireflash.tasks.swe.instruction import parse_failure, public_function, write_instruction
-from fireflash.tasks.swe.mutate import Mutation, mutations
+from fireflash.tasks.swe.mutate import mutations
 from fireflash.tasks.swe.packages import SwePackage
 from fireflash.tasks.swe.sdist import extract_sdist, fetch_sdist, swe_cache
 from fireflash.tasks.swe.suite import package_image, record_suite, run_mutations
@@ -93,7 +93,7 @@ def generate(packages: list[SwePackage], out: Path, seed: int = 0, max_per_packa
         report.packages.append(rep)
         try:
             _generate_one(pkg, out, seed, max_per_package, max_fail, gates, sandbox, budget_sec_per_package, rep, say)
-        except Exception as e:  # one package's failure is reported, the others still run
+        except Exception as e:  # noqa: BLE001 -- one package's failure is reported, the others still run
             rep.error = f"{type(e).__name__}: {e}"
             say(f"{pkg.name} {pkg.version}: {rep.error}")
         (out / "generate-report.json").write_text(report.model_dump_json(indent=2))
@@ -157,7 +157,9 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
 
 async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
     """The gates the task at ``task_dir`` fails (``[]``: passes all nine; a load failure counts as gate 0)."""
-    from fireflash.tasks.gates import validate_task  # the gates import the whole grading stack: only when used
+    from fireflash.tasks.gates import (
+        validate_task,  # the gates import the whole grading stack: only when used
+    )
     from fireflash.tasks.loader import TaskLoadError, load_harbor, load_task
     from fireflash.tasks.requirements import check_stated
 

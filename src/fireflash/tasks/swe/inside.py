@@ -58,34 +58,40 @@ def run_tests(plan, work, maxfail=None):
         argv.append(f"--maxfail={maxfail}")
     try:
         subprocess.run(argv, cwd=plan["root"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=plan["timeout_sec"])
+                       timeout=plan["timeout_sec"], check=False)
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
     outcomes, texts, errors = {}, {}, []
+    lines = []
     if os.path.exists(record):
-        for line in open(record):
-            r = json.loads(line)
-            if r["when"] == "collect":
-                errors.append(r["nodeid"])
-                continue
-            if r["outcome"] == "failed" or r["nodeid"] not in outcomes:
-                outcomes[r["nodeid"]] = r["outcome"]
-            if r["text"]:
-                texts[r["nodeid"]] = r["text"]
+        with open(record) as f:
+            lines = f.read().splitlines()
+    for line in lines:
+        r = json.loads(line)
+        if r["when"] == "collect":
+            errors.append(r["nodeid"])
+            continue
+        if r["outcome"] == "failed" or r["nodeid"] not in outcomes:
+            outcomes[r["nodeid"]] = r["outcome"]
+        if r["text"]:
+            texts[r["nodeid"]] = r["text"]
     return outcomes, texts, errors, timed_out
 
 
 def main():
     plan_path = sys.argv[1]
-    plan = json.load(open(plan_path))
+    with open(plan_path) as f:
+        plan = json.load(f)
     work = os.path.dirname(plan_path)
     with open(os.path.join(work, "swe_record.py"), "w") as f:
         f.write(PLUGIN)
-    out = open(os.path.join(work, "results.jsonl"), "a")
+    results = os.path.join(work, "results.jsonl")
+
     def emit(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
+        with open(results, "a") as out:
+            out.write(json.dumps(obj) + "\n")
+
     if plan.get("baseline"):
         runs = []
         for _ in range(2):
@@ -102,7 +108,8 @@ def main():
         if kept >= plan["max_keep"] or time.monotonic() > deadline:
             break
         path = os.path.join(plan["root"], m["file"])
-        original = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as f:
+            original = f.read()
         with open(path, "w", encoding="utf-8") as f:
             f.write(m["mutated"])
         try:

@@ -104,13 +104,13 @@ def write_instruction(package: str, version: str, failures: list[Failure], funct
     lines = [
         f"# {package} {version}: {subject} misbehaves",
         "",
-        f"The source of {package} {version} is in `/app` (importable as installed). A recent change broke "
-        f"{subject}: {count} check{'s' if count != 1 else ''} of the package's own test suite now fail{'s' if count == 1 else ''}. "
-        "Find the cause in the package source and fix it, so that the checks below pass again and every other "
-        "behaviour the package's tests rely on stays as it is.",
+        (f"The source of {package} {version} is in `/app` (importable as installed). A recent change broke "
+         f"{subject}: {count} check{'s' if count != 1 else ''} of the package's own test suite now "
+         f"fail{'s' if count == 1 else ''}. Find the cause in the package source and fix it, so that the checks "
+         "below pass again and every other behaviour the package's tests rely on stays as it is."),
         "",
-        "The tests are not in `/app`: they are run on your changes when you finish. Reproduce each failure with "
-        "the statement shown (in Python, importing from the package as the test does).",
+        ("The tests are not in `/app`: they are run on your changes when you finish. Reproduce each failure "
+         "with the statement shown (in Python, importing from the package as the test does)."),
     ]
     for f in shown:
         lines += ["", f"## `{f.nodeid}`", "", "This statement of the test:", "", "```python", f.statement, "```"]

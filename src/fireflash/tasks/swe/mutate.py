@@ -146,9 +146,9 @@ def _sites(text: str, func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[
                     yield "off_by_one", bound.lineno, [(*_span(bound), _shift(bound, -1))]
         elif isinstance(node, ast.If) and node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
             yield "swap_branches", node.lineno, _swap(lines, node)
-        elif isinstance(node, ast.Constant) and type(node.value) in (int, bool) and node.lineno != func.lineno:
-            if not _in_defaults(func, node):
-                yield "constant", node.lineno, [(*_span(node), _changed(node.value))]
+        elif (isinstance(node, ast.Constant) and type(node.value) in (int, bool) and node.lineno != func.lineno
+              and not _in_defaults(func, node)):
+            yield "constant", node.lineno, [(*_span(node), _changed(node.value))]
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if isinstance(body, list) and len(body) >= 2 and not isinstance(node, ast.Module):
