@@ -75,7 +75,7 @@ def test_written_task_loads_withholds_tests_and_its_solution_restores_the_file(s
 def _grade(root: Path, logs: Path) -> dict[str, bool]:
     """Run the task's test.sh with /app, /tests and /logs pointed at local folders; JUnit outcomes by name."""
     app, tests = root / "environment" / "app", root / "tests"
-    script = (tests / "test.sh").read_text().replace("/logs/verifier", str(logs)).replace("/tests", str(tests))
+    script = (tests / "test.sh").read_text().replace("/logs/verifier", str(logs)).replace(" /tests/", f" {tests}/")
     script = script.replace("/app", str(app)).replace("python3 -m pytest", f"{sys.executable} -m pytest")
     logs.mkdir(exist_ok=True)
     subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, check=False)
@@ -97,3 +97,11 @@ def test_planted_conftest_and_pytest_ini_do_not_make_the_tests_pass(source: Path
     (app / "tests").mkdir(exist_ok=True)
     (app / "tests" / "test_core.py").write_text("def test_add():\n    pass\n")  # a replaced test file
     assert _grade(root, tmp_path / "logs1") == {"test_add": False, "test_neg": True}
+
+
+def test_a_package_that_breaks_conftest_still_gets_a_report(source: Path, tmp_path: Path) -> None:
+    (source / "tests" / "conftest.py").write_text("import calc.core\n")
+    root = write_task(tmp_path / "out", PKG, source, _mutation(source), "# x\n", ["tests/test_core.py::test_add"],
+                      ["tests/test_core.py::test_add", "tests/test_core.py::test_neg"], 1.0)
+    (root / "environment" / "app" / "calc" / "core.py").write_text("def (\n")
+    assert _grade(root, tmp_path / "logs") == {"collection": False}

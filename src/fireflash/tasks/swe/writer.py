@@ -74,7 +74,9 @@ def solve_script(path_in_app: str, old: str, new: str) -> str:
 
 def test_script(pkg: SwePackage, test_files: list[str]) -> str:
     """``tests/test.sh``: restore the withheld test files in /app (replacing any the agent made), drop conftest.py
-    files the task did not ship, run pytest on the shipped test files with the task's empty configuration."""
+    files the task did not ship, run pytest on the shipped test files with the task's empty configuration; when
+    pytest stops before writing a report (a conftest.py that cannot import the broken package), write one
+    with a single error so the grader scores 0 with a report (gate 8) instead of finding none."""
     pythonpath = "/app" if pkg.source_root == "." else f"/app/{pkg.source_root}"
     files = " ".join(test_files)
     flags = " ".join(PYTEST_FLAGS)
@@ -86,6 +88,13 @@ def test_script(pkg: SwePackage, test_files: list[str]) -> str:
         "cp -r /tests/suite/. /app/\n"
         f"export PYTHONPATH={pythonpath} PYTHONDONTWRITEBYTECODE=1\n"
         f"python3 -m pytest {flags} -c /tests/pytest.ini --rootdir /app --junitxml /logs/verifier/junit.xml {files}\n"
+        "status=$?\n"
+        "# a conftest.py that cannot import the broken package stops pytest before it writes a report: say so\n"
+        "[ -s /logs/verifier/junit.xml ] || printf '%s\\n' '<?xml version=\"1.0\"?><testsuite name=\"pytest\" "
+        "tests=\"1\" errors=\"1\"><testcase classname=\"collection\" name=\"collection\"><error message=\"pytest "
+        "wrote no report: the package or a conftest.py does not import\"/></testcase></testsuite>' "
+        "> /logs/verifier/junit.xml\n"
+        "exit $status\n"
     )
 
 
