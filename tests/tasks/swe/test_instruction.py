@@ -1,8 +1,17 @@
 """The instruction writer (issue 30): the symptom a user would report, never the mutated file, line or fix."""
 
+import dataclasses
+
 import pytest
 
-from fireflash.tasks.swe.instruction import called_names, parse_failure, public_function, write_instruction
+from fireflash.tasks.swe.instruction import (
+    called_names,
+    function_source,
+    package_names,
+    parse_failure,
+    public_function,
+    write_instruction,
+)
 
 # pytest --tb=short, a failure raised two frames below the test (the second frame is the mutated code)
 SHORT_TB = """toolz/tests/test_itertoolz.py:118: in test_sliding_window
@@ -47,3 +56,37 @@ def test_no_statement_to_report_is_refused() -> None:
     assert f.statement == ""
     with pytest.raises(ValueError, match="no failing test has a statement"):
         write_instruction("pkg", "1.0", [f], None)
+
+
+TEST_FILE = '''import toolz
+from toolz.functoolz import curry as cur
+
+
+def helper(x):
+    return x
+
+
+class TestCurry:
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_curry(self, n):
+        f = cur(lambda a, b: a + b)
+        check = lambda g: g(1)
+        assert check(f(n)) == toolz.identity(n + 1)
+'''
+
+
+def test_reproduction_is_the_short_test_and_the_subject_a_package_function() -> None:
+    nodeid = "t/test_f.py::TestCurry::test_curry[2]"
+    src = function_source(TEST_FILE, nodeid)
+    assert src.startswith('@pytest.mark.parametrize("n", [1, 2])\ndef test_curry(self, n):')
+    names, modules = package_names(TEST_FILE, {"toolz"})
+    assert names == {"cur"} and modules == {"toolz"}
+    tb = ("t/test_f.py:14: in test_curry\n    assert check(f(n)) == toolz.identity(n + 1)\n"
+          "E   assert <function <lambda> at 0x7f16280285e0> == 3")
+    f = dataclasses.replace(parse_failure(nodeid, tb, []), test_source=src)
+    assert f.error == ["assert <function <lambda> at 0x...> == 3"]  # addresses are noise
+    # `check` is a test-local lambda: the subject is the package's function the statement calls
+    assert public_function([f], "_private") == "check"
+    assert public_function([f], "_private", names, modules) == "identity"
+    text = write_instruction("toolz", "1.2.0", [f], "identity")
+    assert src in text and "fails at this statement" in text

@@ -14,6 +14,7 @@ reasons (``no_failure``, ``too_many_failures``, ``timeout``, ``collection_error`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import time
@@ -26,7 +27,13 @@ from pydantic import BaseModel, Field
 from fireflash.protocols import SCHEMA_VERSION
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.swe.instruction import parse_failure, public_function, write_instruction
+from fireflash.tasks.swe.instruction import (
+    function_source,
+    package_names,
+    parse_failure,
+    public_function,
+    write_instruction,
+)
 from fireflash.tasks.swe.mutate import mutations
 from fireflash.tasks.swe.packages import SwePackage
 from fireflash.tasks.swe.sdist import extract_sdist, fetch_sdist, swe_cache
@@ -127,15 +134,23 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
     say(f"{pkg.name} {pkg.version}: {len(results)} mutations tried, {len(kept)} kept by the tests, dropped {dict(drops)}")
     staging = swe_cache() / "staging" / f"{pkg.name}-{pkg.version}"
     shutil.rmtree(staging, ignore_errors=True)
+    tops = {Path(mod).with_suffix("").parts[0] for mod in pkg.modules}
     start = time.monotonic()
     for r in kept:
         if rep.written >= max_per_package:
             break
         m = by_id[r["id"]]
         hidden = [m.file, Path(m.file).name]
-        failures = [parse_failure(n, r["details"].get(n, ""), hidden) for n in r["failed"]]
+        failures, names, modules = [], set(), set()
+        for n in r["failed"]:
+            text = _read(source / n.split("::", 1)[0])
+            f = parse_failure(n, r["details"].get(n, ""), hidden)
+            failures.append(dataclasses.replace(f, test_source=function_source(text, n)))
+            got = package_names(text, tops)
+            names, modules = names | got[0], modules | got[1]
         try:
-            instruction = write_instruction(pkg.name, pkg.version, failures, public_function(failures, m.function))
+            function = public_function(failures, m.function, names, modules)
+            instruction = write_instruction(pkg.name, pkg.version, failures, function)
         except ValueError:
             drops["no_statement"] += 1
             continue
@@ -182,3 +197,10 @@ async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
         await backend.close()
     (task_dir.parent / f"{task_dir.name}.gates.json").write_text(report.model_dump_json(indent=2))
     return report.failed_gates
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""

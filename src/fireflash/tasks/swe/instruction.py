@@ -16,7 +16,9 @@ FRAME = re.compile(r"^(?P<path>[^\s:][^:]*\.py):(?P<line>\d+): in (?P<func>\S+)$
 NOT_PUBLIC = {"list", "len", "set", "sorted", "dict", "tuple", "str", "int", "float", "bool", "isinstance", "raises",
               "type", "repr", "iter", "next", "range", "map", "filter", "zip", "frozenset", "getattr", "hasattr",
               "callable", "all", "any", "sum", "min", "max", "warns", "approx", "bytes", "print", "reversed", "enumerate"}
+ADDRESS = re.compile(r"at 0x[0-9a-f]+")  # object addresses differ run to run: noise in a report
 MAX_SHOWN_TESTS = 3
+MAX_TEST_LINES = 30
 MAX_ERROR_LINES = 6
 MAX_LINE_CHARS = 240
 
@@ -28,6 +30,7 @@ class Failure:
     nodeid: str
     statement: str
     error: list[str]
+    test_source: str = ""  # the test function's source when short (a reproduction), else ""
 
 
 def parse_failure(nodeid: str, text: str, hidden_paths: list[str]) -> Failure:
@@ -52,6 +55,7 @@ def parse_failure(nodeid: str, text: str, hidden_paths: list[str]) -> Failure:
             current.append(line[4:])
     errors = [e for e in errors if e and not any(h in e for h in hidden_paths) and ".py:" not in e
               and 'File "' not in e]
+    errors = [ADDRESS.sub("at 0x...", e) for e in errors]
     errors = [e[:MAX_LINE_CHARS] + (" ..." if len(e) > MAX_LINE_CHARS else "") for e in errors[:MAX_ERROR_LINES]]
     return Failure(nodeid, "\n".join(s.rstrip() for s in statement).strip("\n"), errors)
 
@@ -79,10 +83,90 @@ def _dedent(text: str) -> str:
     return "\n".join(line.strip() for line in lines) if len(lines) > 1 else text.strip()
 
 
-def public_function(failures: list[Failure], mutated_function: str) -> str | None:
-    """The public name the report is about: the mutated function when a failing statement calls it by
-    name, else the first non-builtin call of the first failing statement, else None."""
+def function_source(test_file_text: str, nodeid: str) -> str:
+    """The source of the test function ``nodeid`` names (decorators included) when it has at most
+    ``MAX_TEST_LINES`` lines, else ""."""
+    parts = nodeid.split("::")[1:]
+    if not parts:
+        return ""
+    parts[-1] = parts[-1].split("[", 1)[0]
+    try:
+        tree = ast.parse(test_file_text)
+    except (SyntaxError, ValueError):
+        return ""
+    body, node = tree.body, None
+    for name in parts:
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == name), None)
+        if node is None:
+            return ""
+        body = node.body
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = test_file_text.splitlines()[first - 1 : node.end_lineno]
+    if len(lines) > MAX_TEST_LINES:
+        return ""
+    indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
+    return "\n".join(line[indent:] for line in lines)
+
+
+def package_names(test_file_text: str, tops: set[str]) -> tuple[set[str], set[str]]:
+    """(names imported from the package, aliases of its modules) in a test file; ``tops``: its top modules."""
+    names: set[str] = set()
+    modules: set[str] = set()
+    try:
+        tree = ast.parse(test_file_text)
+    except (SyntaxError, ValueError):
+        return names, modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in tops:
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in tops}
+    return names, modules
+
+
+def package_calls(code: str, names: set[str], modules: set[str]) -> list[str]:
+    """The package's functions ``code`` calls (``pluralize`` for ``inflection.pluralize(x)``), in order."""
+    try:
+        tree = ast.parse(_dedent(code) if "\n" in code and not code.startswith(("def ", "@", "async ")) else code)
+    except SyntaxError:
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in names:
+            name = f.id
+        elif isinstance(f, ast.Attribute) and (f.attr in names or _base(f.value) in modules | names):
+            name = f.attr
+        else:
+            continue
+        if not name.startswith("_") and name not in found:
+            found.append(name)
+    return found
+
+
+def _base(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def public_function(failures: list[Failure], mutated_function: str, names: set[str] = frozenset(),
+                    modules: set[str] = frozenset()) -> str | None:
+    """The public name the report is about: a package function the failing statements call (the mutated one
+    when it is among them), else one the failing tests call, else the first non-builtin call of a failing
+    statement, else None. ``names``/``modules``: what the test files import from the package."""
     short = mutated_function.rsplit(".", 1)[-1]
+    for code in ([f.statement for f in failures], [f.test_source for f in failures]):
+        calls = [n for c in code if c for n in package_calls(c, set(names), set(modules))]
+        if short in calls and not short.startswith("_"):
+            return short
+        if calls:
+            return calls[0]
     calls = [n for f in failures for n in called_names(f.statement)]
     if short in calls and not short.startswith("_"):
         return short
@@ -113,9 +197,14 @@ def write_instruction(package: str, version: str, failures: list[Failure], funct
          "with the statement shown (in Python, importing from the package as the test does)."),
     ]
     for f in shown:
-        lines += ["", f"## `{f.nodeid}`", "", "This statement of the test:", "", "```python", f.statement, "```"]
+        lines += ["", f"## `{f.nodeid}`", ""]
+        if f.test_source:
+            lines += ["The test:", "", "```python", f.test_source, "```", "", "fails at this statement:", ""]
+        else:
+            lines += ["This statement of the test:", ""]
+        lines += ["```python", f.statement, "```"]
         if f.error:
-            lines += ["", "fails with:", "", "```", *f.error, "```"]
+            lines += ["", "with:", "", "```", *f.error, "```"]
     rest = [f.nodeid for f in failures if f not in shown]
     if rest:
         lines += ["", "Also failing: " + ", ".join(f"`{n}`" for n in rest[:10]) + (" and more." if len(rest) > 10 else ".")]
