@@ -4,8 +4,9 @@ How the defaults were chosen (2026-12-03, this 2-core box shared with other buil
 candidate's sdist downloaded (``sdist.fetch_sdist``), its suite run with pytest 8 on Python 3.11 from the
 source tree (``PYTHONPATH`` at ``source_root``, ``-o addopts=``), then again in the package's image by
 ``fireflash tasks generate swe`` (``tests`` and ``suite_sec`` below are that in-image baseline: tests passing
-twice, one run's seconds). Left out: more-itertools 11.2.1 (21,194 subtests, 191 s), idna 3.20 (6,441
-tests, 120 s), sortedcontainers 2.4.0 (its sdist ships no tests), humanize 4.17.0 (freezegun), jmespath
+twice, one run's seconds, under load 15-20 on 2 cores; each package's image built in 6-12 s on the cached
+python:3.11 base, the two baseline runs 13-41 s). Left out: more-itertools 11.2.1 (21,194 subtests, 191 s),
+idna 3.20 (6,441 tests, 120 s), sortedcontainers 2.4.0 (its sdist ships no tests), humanize 4.17.0 (freezegun), jmespath
 1.1.0 (its tests import a ``tests`` package the sdist lacks), natsort 8.4.0 and python-dateutil 4.0.0
 (hypothesis and more), attrs (hypothesis; and it is a dependency of test tools, so its original code would
 sit in the image).
@@ -32,16 +33,24 @@ class SwePackage(BaseModel):
 
 
 DEFAULT_PACKAGES: list[SwePackage] = [
-    SwePackage(name="toolz", version="1.2.0", modules=["toolz"], test_paths=["toolz/tests"]),
-    SwePackage(name="inflection", version="0.5.1", modules=["inflection"], test_paths=["test_inflection.py"]),
-    SwePackage(name="cachetools", version="8.0.2", source_root="src", modules=["cachetools"], test_paths=["tests"]),
-    SwePackage(name="boltons", version="26.2.0", modules=["boltons"], test_paths=["tests"]),
-    SwePackage(name="six", version="1.17.0", modules=["six.py"], test_paths=["test_six.py"]),
-    SwePackage(name="tabulate", version="0.10.0", modules=["tabulate"], test_paths=["test"]),
+    SwePackage(name="toolz", version="1.2.0", modules=["toolz"], test_paths=["toolz/tests"],
+               tests=187, suite_sec=3.9),
+    SwePackage(name="inflection", version="0.5.1", modules=["inflection"], test_paths=["test_inflection.py"],
+               tests=455, suite_sec=3.8),
+    SwePackage(name="cachetools", version="8.0.2", source_root="src", modules=["cachetools"], test_paths=["tests"],
+               tests=476, suite_sec=8.0),
+    SwePackage(name="boltons", version="26.2.0", modules=["boltons"], test_paths=["tests"],
+               tests=519, suite_sec=14.4),
+    SwePackage(name="six", version="1.17.0", modules=["six.py"], test_paths=["test_six.py"],
+               tests=184, suite_sec=3.4),
+    SwePackage(name="tabulate", version="0.10.0", modules=["tabulate"], test_paths=["test"],
+               tests=280, suite_sec=6.6),
     SwePackage(name="text-unidecode", version="1.3", source_root="src", modules=["text_unidecode"],
-               test_paths=["test_unidecode.py"]),
-    SwePackage(name="parse", version="1.22.4", modules=["parse"], test_paths=["tests"]),
-    SwePackage(name="semver", version="3.1.2", source_root="src", modules=["semver"], test_paths=["tests"]),
+               test_paths=["test_unidecode.py"], tests=133, suite_sec=1.2),
+    SwePackage(name="parse", version="1.22.4", modules=["parse"], test_paths=["tests"],
+               tests=109, suite_sec=4.1),
+    SwePackage(name="semver", version="3.1.2", source_root="src", modules=["semver"], test_paths=["tests"],
+               tests=515, suite_sec=4.5),
 ]
 
 
