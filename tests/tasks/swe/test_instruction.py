@@ -41,6 +41,8 @@ def test_public_function_is_the_called_name_never_a_private_helper() -> None:
     assert public_function([f], "Inflector.ordinal") == "ordinal"
     g = parse_failure("t.py::test_b", "t.py:3: in test_b\n    assert len(x) == 2\nE   assert 1 == 2", [])
     assert public_function([g], "_helper") is None
+    h = parse_failure("t.py::T::test_c", "t.py:5: in test_c\n    self.assertEqual(cached.info(), 1)\nE   x", [])
+    assert public_function([h], "_helper") == "info"  # unittest's assert methods are not the subject
 
 
 def test_multiline_statements_and_many_failures() -> None:

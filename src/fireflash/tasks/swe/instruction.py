@@ -72,7 +72,7 @@ def called_names(statement: str) -> list[str]:
         if isinstance(node, ast.Call):
             f = node.func
             name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-            if name and name not in NOT_PUBLIC and not name.startswith("_") and name not in names:
+            if name and name not in NOT_PUBLIC and not name.startswith(("_", "assert")) and name not in names:
                 names.append(name)
     return names
 
