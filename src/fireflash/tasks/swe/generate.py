@@ -8,7 +8,8 @@ passing both are recorded), mutations in the seed's order tried in one offline s
 through the nine gates (unless ``gates=False``) and moved to ``out`` when it passes them all, until
 ``max_per_package`` are written. ``out/generate-report.json`` has per-package counts, seconds and drop
 reasons (``no_failure``, ``too_many_failures``, ``timeout``, ``collection_error``, ``nondeterministic``,
-``no_statement``: no failing test statement to report, ``gates [n,...]``: the gates it failed).
+``no_statement``: no failing test statement to report, ``gates [n,...]``: the gates it failed). Each written
+task's gate report is in ``out/gate-reports/<task id>.json`` (the ``tasks.gate_reports_dir`` format).
 """
 
 from __future__ import annotations
@@ -165,6 +166,10 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
         shutil.move(task_dir, final)
         rep.written += 1
         rep.tasks.append(final.name)
+        report_file = task_dir.parent / f"{task_dir.name}.gates.json"
+        if report_file.is_file():  # as `fireflash tasks validate --report-dir` writes it: tasks.gate_reports_dir
+            (out / "gate-reports").mkdir(exist_ok=True)
+            shutil.copy(report_file, out / "gate-reports" / f"{final.name}.json")
         say(f"{final.name}: written" + (" (passed all nine gates)" if gates else " (gates not run)"))
     rep.seconds["gates_and_write"] = round(time.monotonic() - start, 1)
     rep.drops = dict(drops)
