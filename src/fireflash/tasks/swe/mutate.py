@@ -25,11 +25,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 COMPARE_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                 ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 MAX_REMOVED_LINES = 3
 ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
+T = TypeVar("T")
 OPERATORS = ("compare", "boolop", "off_by_one", "swap_branches", "remove_stmt", "constant", "default")
 
 
@@ -56,37 +58,74 @@ class Mutation:
 
     @property
     def slug(self) -> str:
-        """``<module>-<function>-<operator>-<index>``, safe in a directory name (``itertoolz-sliding_window-compare-0``)."""
-        module = Path(self.file).with_suffix("").name
+        """``<module>-<function>-<operator>-<index>``, safe in a directory name (``itertoolz-sliding_window-compare-0``;
+        the module is the file's dotted path without the top package folder)."""
+        parts = Path(self.file).with_suffix("").parts
+        module = ".".join(parts[1:] if len(parts) > 1 else parts)  # unique within the package
         return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{module}-{self.function}-{self.operator}-{self.index}")
 
 
-def mutations(root: Path, files: list[str], key: str) -> list[Mutation]:
-    """Every single-edit mutation of the functions in ``files`` (relative to ``root``), shuffled by ``key``.
+def mutations(root: Path, files: list[str], key: str, limit: int | None = None) -> list[Mutation]:
+    """The single-edit mutations of the functions in ``files`` (relative to ``root``), ordered by ``key``.
 
-    Files that do not parse are skipped. Raises nothing on odd code: a site whose edit does not give a
-    different, parseable file is left out.
+    Every site is listed (cheap), shuffled and interleaved; then edits are applied in that order, keeping
+    those that give a different, parseable file, until ``limit`` (all when None): a large package (boltons,
+    ~20k lines) is not parsed once per site. Files that do not parse are skipped.
     """
-    found: list[Mutation] = []
+    texts: dict[str, str] = {}
+    sites: list[_Site] = []
     for rel in sorted(files):
         text = (root / rel).read_text(encoding="utf-8")
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
+        texts[rel] = text
         for qualname, func in _functions(tree):
-            found += _function_mutations(rel, text, qualname, func)
-    random.Random(key).shuffle(found)
-    return interleave(found)
+            counts: dict[str, int] = {}
+            for operator, line, edits in _sites(text, func):
+                if edits:
+                    counts[operator] = counts.get(operator, 0) + 1
+                    sites.append(_Site(rel, qualname, operator, counts[operator] - 1, line, tuple(edits)))
+    random.Random(key).shuffle(sites)
+    dumps: dict[str, str] = {}
+    out: list[Mutation] = []
+    for s in interleave(sites):
+        text = texts[s.file]
+        mutated = _apply(text, list(s.edits))
+        try:
+            after = ast.dump(ast.parse(mutated))
+        except (SyntaxError, ValueError):
+            continue
+        if s.file not in dumps:
+            dumps[s.file] = ast.dump(ast.parse(text))
+        if after == dumps[s.file]:
+            continue
+        out.append(Mutation(s.file, s.function, s.operator, s.index, s.line, text, mutated))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
 
 
-def interleave(found: list[Mutation]) -> list[Mutation]:
+@dataclass(frozen=True)
+class _Site:
+    """A mutation before its edits are applied (``Mutation`` without the texts)."""
+
+    file: str
+    function: str
+    operator: str
+    index: int
+    line: int
+    edits: tuple
+
+
+def interleave(found: list[T]) -> list[T]:
     """Round-robin over operators (first-seen order), each operator's mutations in their order: a short
     prefix of the list mixes every kind of bug instead of mostly removed statements (the most common site)."""
-    by_op: dict[str, list[Mutation]] = {}
+    by_op: dict[str, list[T]] = {}
     for m in found:
         by_op.setdefault(m.operator, []).append(m)
-    out: list[Mutation] = []
+    out: list[T] = []
     for i in range(max((len(v) for v in by_op.values()), default=0)):
         out += [v[i] for v in by_op.values() if i < len(v)]
     return out
@@ -102,19 +141,6 @@ def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.FunctionDef | ast.As
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield f"{node.name}.{item.name}", item
-
-
-def _function_mutations(rel: str, text: str, qualname: str, func: ast.AST) -> list[Mutation]:
-    counts: dict[str, int] = {}
-    out = []
-    for operator, line, edits in _sites(text, func):
-        mutated = _apply(text, edits)
-        if mutated == text or not _parses_differently(text, mutated):
-            continue
-        index = counts.get(operator, 0)
-        counts[operator] = index + 1
-        out.append(Mutation(rel, qualname, operator, index, line, text, mutated))
-    return out
 
 
 # An edit replaces the text between two (line, col) positions (1-based lines, 0-based UTF-8 byte columns as
@@ -232,10 +258,3 @@ def _apply(text: str, edits: list[Edit]) -> str:
     for start, end, new in sorted(edits, key=lambda e: offset(e[0]), reverse=True):
         out = out[: offset(start)] + new.encode() + out[offset(end) :]
     return out.decode()
-
-
-def _parses_differently(before: str, after: str) -> bool:
-    try:
-        return ast.dump(ast.parse(after)) != ast.dump(ast.parse(before))
-    except (SyntaxError, ValueError):
-        return False
