@@ -41,6 +41,8 @@ from fireflash.tasks.swe.sdist import extract_sdist, fetch_sdist, swe_cache
 from fireflash.tasks.swe.suite import package_image, record_suite, run_mutations
 from fireflash.tasks.swe.writer import task_id, write_task
 
+MAX_TRIES_PER_TASK = 40  # mutations prepared per task asked for (measured: 1 in 3-10 is written)
+
 
 class PackageReport(BaseModel):
     """What generation did for one package (times in seconds)."""
@@ -121,10 +123,11 @@ def _generate_one(pkg: SwePackage, out: Path, seed: int, max_per_package: int, m
     rep.seconds["baseline"] = round(time.monotonic() - start, 1)
     say(f"{pkg.name} {pkg.version}: {len(recorded)} tests recorded ({rep.suite_sec} s a run)")
     root = source / pkg.source_root
-    candidates = mutations(root, module_files(pkg, source), f"{pkg.name}-{pkg.version}-{seed}")
+    candidates = mutations(root, module_files(pkg, source), f"{pkg.name}-{pkg.version}-{seed}",
+                           limit=MAX_TRIES_PER_TASK * max_per_package)
     by_id = {task_id(pkg, m): m for m in candidates}
     prefix = "" if pkg.source_root == "." else pkg.source_root.rstrip("/") + "/"
-    plan = [{"id": i, "file": prefix + m.file, "mutated": m.mutated} for i, m in by_id.items()][: 40 * max_per_package]
+    plan = [{"id": i, "file": prefix + m.file, "mutated": m.mutated} for i, m in by_id.items()]
     start = time.monotonic()
     results = run_mutations(pkg, folder, sandbox, recorded, plan, max_fail=max_fail, max_keep=3 * max_per_package,
                             suite_sec=baseline["seconds"], deadline_sec=budget_sec)
