@@ -43,6 +43,8 @@ def test_public_function_is_the_called_name_never_a_private_helper() -> None:
     assert public_function([g], "_helper") is None
     h = parse_failure("t.py::T::test_c", "t.py:5: in test_c\n    self.assertEqual(cached.info(), 1)\nE   x", [])
     assert public_function([h], "_helper") == "info"  # unittest's assert methods are not the subject
+    e = parse_failure("t.py::test_d", "t.py:5: in helper\n    raise OSError(err)\nE   OSError: b''", [])
+    assert public_function([e], "_main") is None  # nor a builtin exception a test helper raises
 
 
 def test_multiline_statements_and_many_failures() -> None:
