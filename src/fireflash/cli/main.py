@@ -29,6 +29,7 @@ from fireflash.cli.images import build_command, images_app
 from fireflash.cli.sft import sft_command
 from fireflash.cli.tasks import app as tasks_app
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
+from fireflash.tasks.swe.command import generate_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
                   no_args_is_help=True, add_completion=False)
@@ -45,6 +46,7 @@ app.command("compare")(compare_command)
 app.command("sft")(sft_command)
 tasks_app.command("probe")(probe_command)
 tasks_app.command("build")(build_command)
+tasks_app.add_typer(generate_app, name="generate")
 console = Console()
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (default: built-in defaults).")
