@@ -29,7 +29,7 @@ from fireflash.cli.images import build_command, images_app
 from fireflash.cli.sft import sft_command
 from fireflash.cli.tasks import app as tasks_app
 from fireflash.config import ConfigError, FireFlashConfig, dump_config, load_config
-from fireflash.tasks.swe.command import generate_app
+from fireflash.cli.swe import generate_app
 
 app = typer.Typer(help="FireFlash: long-horizon agentic RL (full-parameter GRPO, async rollouts, sandboxes).",
                   no_args_is_help=True, add_completion=False)

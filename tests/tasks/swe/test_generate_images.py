@@ -19,7 +19,7 @@ from fireflash.sandbox.containers import ContainerToolMissing, find_tool
 from fireflash.tasks.config import GatesConfig
 from fireflash.curation.gates import validate_task
 from fireflash.tasks.loader import load_task
-from fireflash.tasks.swe.generate import generate
+from fireflash.curation.swe_generate import generate
 from fireflash.tasks.swe.packages import select_packages
 
 pytestmark = [pytest.mark.images, pytest.mark.sandbox]

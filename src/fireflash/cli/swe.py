@@ -42,7 +42,7 @@ def swe_command(
     gates: bool = GatesOpt,
 ) -> None:
     """Generate FAIL_TO_PASS tasks by mutating real packages; each written task passed the nine gates."""
-    from fireflash.tasks.swe.generate import generate  # imports the sandbox and image stack: only when run
+    from fireflash.curation.swe_generate import generate  # imports the sandbox and image stack: only when run
 
     try:
         chosen = select_packages([p.strip() for p in packages.split(",") if p.strip()])
