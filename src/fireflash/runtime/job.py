@@ -88,6 +88,16 @@ def check_train_config(cfg: FireFlashConfig) -> None:
             "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local' (eval and probe can "
             "use a vLLM server)"
         )
+    if engine.kind == "sglang":
+        import logging
+
+        from fireflash.engines.sglang import check_sglang_training
+
+        try:
+            for warning in check_sglang_training(engine.args, engine.weight_sync):
+                logging.getLogger(__name__).warning(warning)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if engine.kind == "sglang" and not engine.url and cfg.runtime.backend == "local":
         raise ConfigError(
             "engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url, e.g. "
