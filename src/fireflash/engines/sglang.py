@@ -36,9 +36,9 @@ lists before loading any (``model_runner.update_weights_from_distributed``), on 
 GPU (slime, verl and AReaL send buckets for the same reason). An update of several buckets is wrapped in
 ``/pause_generation`` (``pause_mode``) and ``/continue_generation``, so no turn samples half-updated weights
 (SGLang takes each call under its model-update lock but runs requests between calls), and ``weight_version``
-is sent with the last bucket only, so the version a result reports changes when the last tensor is in. ``receive_broadcast(specs, version)``
-is the server's half alone: with several servers in one group the trainer broadcasts once
-(``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
+is sent with the last bucket only, so the version a result reports changes when the last tensor is in.
+``receive_broadcast(specs, version)`` is the server's half alone: with several servers in one group the trainer
+broadcasts once (``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
 string and read back from ``meta_info``.
 
 Calls that meet the trainer in a collective (``/init_weights_update_group``, ``/update_weights_from_distributed``)
@@ -281,7 +281,9 @@ class SGLangEngine:
         """Ask the server to join the trainer's weight-update group (``/init_weights_update_group``).
 
         The trainer is rank 0 and joins the same group itself (concurrently; the call blocks until both do).
-        Sent once (never retried).
+        Sent once (never retried). SGLang's request has no timeout field
+        (``io_struct.InitWeightsUpdateGroupReqInput``): the server side's NCCL timeout is whatever its launch
+        environment gives it; ``weight_sync_timeout_sec`` bounds only this call and the trainer's side.
 
         Raises:
             WeightSyncFailed: the server refused, failed or did not answer within ``update_timeout_sec``.
