@@ -77,7 +77,7 @@ def _files(root):
 
 
 REFUSED = [  # (overrides, the start of the one-line error)
-    (["engine.kind=vllm"], "ConfigError: engine.kind = 'vllm': fireflash train cannot push new weights"),
+    (["engine.kind=vllm"], "ConfigError: engine.kind = 'vllm' on runtime.backend = 'local' needs engine.url"),
     (["engine.kind=sglang"], "ConfigError: engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url"),
     (["engine.weight_sync_timeout_sec=300", "engine.kind=sglang", "engine.url=http://127.0.0.1:9"],
      "ConfigError: engine.weight_sync_timeout_sec (300) must exceed engine.request_timeout_sec (600)"),

@@ -101,6 +101,8 @@ def test_eval_cli_with_tiny_local_model_then_pareto(tmp_path):
         "rl.score_centering=false", "runtime.max_inflight_attempts=2", "engine.num_threads=1",
     ])
     assert result.exit_code == 0, result.output
+    # output to a pipe gets plain progress lines: at the start, at least every 30 s, at the end (issue #28)
+    assert "eval trials: 0/2, 0 s" in result.output and "eval trials: 2/2, " in result.output, result.output
     results = EvalResults.load(out / "results.json")
     assert results.model == str(model_dir) and results.setting == "tiny" and results.overall.n_trials == 2
     assert results.prices.source == "config" and results.engine["kind"] == "local"

@@ -20,7 +20,7 @@ TASK = Path(__file__).resolve().parents[2] / "src" / "fireflash" / "tasks" / "da
 
 @pytest.mark.sandbox
 @pytest.mark.integration
-def test_resume_loads_the_tokenizer_from_the_checkpoint(tmp_path):
+def test_resume_loads_the_tokenizer_from_the_checkpoint(tmp_path, capsys):
     base, run_dir = tmp_path / "base", tmp_path / "run"
     tok = build_tiny_tokenizer()
     build_tiny_model(len(tok)).save_pretrained(base)
@@ -46,3 +46,7 @@ def test_resume_loads_the_tokenizer_from_the_checkpoint(tmp_path):
         p.unlink()
 
     assert run_training(cfg, resume=True) == run_dir
+    # output to a pipe (make train > log) gets plain progress lines, not a live table's last frame (issue #28)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("train: 0/1, ")]
+    assert lines[0] == "train: 0/1, 0 s  attempts 0 (0 solved, 0 lost), 0 running, 0 groups queued" and len(lines) >= 2, out

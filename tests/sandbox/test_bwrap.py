@@ -535,15 +535,19 @@ def test_kill_job_kills_processes_that_left_the_job_tree(run, sandbox):
     assert "__FF_CMD" not in sandbox._session.state.exports
 
 
-def test_commands_start_with_default_sigpipe_and_sigxfsz_and_no_blocked_signals(run, sandbox):
+def test_commands_start_with_no_signal_ignored_or_blocked(run, sandbox):
     # the launcher is Python, which ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: a reader that
     # left the pipe made `yes` print "Broken pipe" errors instead of dying quietly as it does on any host.
-    # (SIGINT and SIGQUIT stay ignored: the keeper starts the shell as a `&` job, POSIX for a shell without
-    # job control; left for a follow-up.)
-    lines = run(sandbox.exec("grep -E '^Sig(Ign|Blk)' /proc/self/status")).preview.splitlines()
-    status = dict(line.split(":") for line in lines if line)
-    ignored, blocked = int(status["SigIgn"], 16), int(status["SigBlk"], 16)
-    assert not ignored & (1 << (13 - 1)) and not ignored & (1 << (25 - 1)), hex(ignored)  # SIGPIPE, SIGXFSZ
-    assert blocked == 0, hex(blocked)
+    # SIGINT and SIGQUIT were ignored too: the keeper started the shell as a `&` job without job control.
+    def status() -> tuple[int, int]:
+        lines = run(sandbox.exec("grep -E '^Sig(Ign|Blk)' /proc/self/status")).preview.splitlines()
+        fields = dict(line.split(":") for line in lines if line)
+        return int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
+
+    assert status() == (0, 0), [hex(x) for x in status()]
     out = run(sandbox.exec("yes | head -1; echo status=${PIPESTATUS[0]}"))
     assert out.preview.split() == ["y", "status=141"], out.preview
+    out = run(sandbox.exec("timeout -s INT 0.3 sleep 20; echo status=$?"))
+    assert out.preview.split() == ["status=124"], out.preview  # SIGINT stops a program, as on any host
+    run(sandbox.exec("exit 3"))  # a restarted shell starts clean as well
+    assert status() == (0, 0), [hex(x) for x in status()]

@@ -57,6 +57,8 @@ def test_sft_trains_checkpoints_resumes_and_a_second_pass_trains_from_the_first(
     config = _config(tmp_path, [_task_dir("train", "text-uppercase"), _task_dir("train", "text-head-lines")])
     result = CliRunner().invoke(app, ["sft", "-c", config])
     assert result.exit_code == 0, result.output
+    # without a terminal (make train > log) each long phase says at once how much it has to do (issue #28)
+    assert "oracle replays: 0/" in result.output and "sft steps: 0/" in result.output
     run = tmp_path / "run"
     n_kept = len(list((run / "oracle").glob("*.*.*.json")))
     assert n_kept >= 4 and json.loads((run / "oracle" / "dropped.json").read_text()) == []

@@ -93,6 +93,8 @@ def test_validate_command_reports_and_exits_nonzero(tmp_path):
     reports = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert reports["valid-sort"]["passed"] and not reports["gate2-unstated-requirement"]["passed"]
     assert "1/2 tasks passed every gate" in result.output
+    # output to a pipe gets plain progress lines: at the start, at least every 30 s, at the end (issue #28)
+    assert "validate tasks: 0/2, 0 s" in result.output and "validate tasks: 2/2, " in result.output, result.output
 
 
 @pytest.mark.unit

@@ -261,6 +261,27 @@ def test_always_builds_every_task_with_a_dockerfile_and_users_choose_the_image(t
     assert "[agent] user = '1000'" in placed.metadata["runs_in_image"]
 
 
+def test_a_long_build_while_loading_a_task_shows_progress_lines(monkeypatch, capsys):
+    """`fireflash train > log` building a task's image while it loads: heartbeat lines with the build's latest
+    output, not minutes of silence (issue #28); a short interval stands in for the 25 s one."""
+    from functools import partial
+
+    from fireflash import progress
+    from fireflash.tasks import environments
+    from fireflash.tasks.loader import load_harbor
+
+    class SlowTool(ScriptedTool):
+        def build_args(self, dockerfile, context, tag, build_args, volumes, labels):
+            super().build_args(dockerfile, context, tag, build_args, volumes, labels)
+            return ["sh", "-c", "echo 'STEP 2/5: RUN apt-get install -y git'; sleep 0.5"]
+
+    monkeypatch.setattr(environments, "Progress", partial(progress.Progress, every_sec=0.05, poll_sec=0.01))
+    tool = SlowTool(local={TRIXIE}, config=IMAGE_CONFIG)
+    environments.place(load_harbor(FIXTURE, images=True), SandboxConfig(), lambda line: None, lambda choice: tool)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("image for ubuntu-apt-pip: ")]
+    assert any(line.endswith("STEP 2/5: RUN apt-get install -y git") for line in lines), lines
+
+
 def test_a_pool_builds_images_only_for_the_tasks_its_manifest_kept(tmp_path, monkeypatch):
     from fireflash.tasks import environments
     from fireflash.tasks.loader import load_tasks

@@ -125,7 +125,7 @@ def run_probe(tasks, engine, tok, path, **kw):
                 tasks, backend=backend, engine=engine, tokenizer=tok, harness=HarnessConfig(sampling=SamplingConfig(n_top_logprobs=4)),
                 grader_for=lambda t: make_grader(t.grader), attempts_per_task=4, keep_min_pass_rate=0.15,
                 keep_max_pass_rate=0.85, group_size=4, max_concurrent=4, max_retries=0, manifest_path=path,
-                model="scripted", show_progress=False, **kw,
+                model="scripted", **{"show_progress": False} | kw,
             )
         finally:
             await backend.close()
@@ -135,7 +135,7 @@ def run_probe(tasks, engine, tok, path, **kw):
 
 @pytest.mark.sandbox
 @pytest.mark.integration
-def test_probe_bundled_tasks_through_sandboxes_and_resume(tmp_path):
+def test_probe_bundled_tasks_through_sandboxes_and_resume(tmp_path, capsys):
     from fireflash.tasks.loader import load_tasks
 
     tok = build_tiny_tokenizer()
@@ -143,8 +143,12 @@ def test_probe_bundled_tasks_through_sandboxes_and_resume(tmp_path):
     picked = [tasks["text-line-numbers"], tasks["log-top-ips"], tasks["file-find-large"]]
     solves = {"text-line-numbers": lambda i: True, "log-top-ips": lambda i: i % 2 == 0, "file-find-large": lambda i: False}
     path = tmp_path / "pool.json"
-    manifest, unprobed = run_probe(picked, scripted(tok, solves), tok, path)
+    manifest, unprobed = run_probe(picked, scripted(tok, solves), tok, path, show_progress=True)
     assert unprobed == []
+    # output to a pipe gets plain progress lines: at the start, at least every 30 s, at the end (issue #28)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "probe attempts: 0/12, 0 s", lines
+    assert lines[-1].startswith("probe attempts: 12/12, ") and " kept; " in lines[-1], lines
     by_id = {t.task_id: t for t in manifest.tasks}
     assert (by_id["text-line-numbers"].passes, by_id["log-top-ips"].passes, by_id["file-find-large"].passes) == (4, 2, 0)
     assert [t.kept for t in manifest.tasks] == [False, True, False]  # sorted: file-find-large, log-top-ips, text-line-numbers

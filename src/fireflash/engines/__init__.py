@@ -76,9 +76,10 @@ def make_engine(
                                 # FireFlash's server honours seeds; SGLang only with deterministic inference
                                 send_sampling_seed=cfg.server == "fireflash" or deterministic_inference(cfg.args),
                                 **common)
-        from fireflash.engines.vllm import VLLMEngine
+        from fireflash.engines.vllm import VLLMEngine, weight_transfer_backend
 
-        return VLLMEngine(cfg.url, model=cfg.served_model_name, **common)
+        return VLLMEngine(cfg.url, model=cfg.served_model_name, transfer_backend=weight_transfer_backend(cfg.args),
+                          **common)
     if cfg.kind == "scripted":
         from fireflash.engines.scripted import ScriptedEngine
         from fireflash.models import load_tokenizer

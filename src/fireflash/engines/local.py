@@ -270,6 +270,11 @@ class LocalEngine:
         """Continue admitting and decoding."""
         await self._command(lambda: setattr(self, "_paused", False))
 
+    async def abort(self) -> None:
+        """End every queued and running request now: each returns finish_reason 'abort' with the tokens sampled so
+        far (vLLM's ``/pause?mode=abort``, imitated by ``engines/vllm_serve.py``)."""
+        await self._command(self._abort_all)
+
     async def close(self) -> None:
         """Stop the worker; queued and running requests end with finish_reason 'abort'."""
         if self._closed:

@@ -1,35 +1,55 @@
 """vLLM client: OpenAI completions with prompt token ids and logprobs, native weight transfer, pause/resume.
 
-Wire format (vLLM's OpenAI-compatible server and ``entrypoints/serve/dev/rlhf``):
+Checked against vLLM 0.33 (main as of 2026-11; ``vllm/entrypoints/openai/completion/protocol.py``,
+``vllm/entrypoints/serve/dev/rlhf/api_router.py``, ``vllm/v1/core/sched/utils.py``); the recorded shapes are in
+``tests/engines/contracts/vllm_0.33/``. Wire format:
 
-    POST /v1/completions {"model", "prompt": [ids], "max_tokens", "temperature", "top_p", "logprobs": K,
-        "stop_token_ids", "ignore_eos": true, "return_tokens_as_token_ids": true, "return_token_ids": true,
+    POST /v1/completions {"model", "prompt": [ids], "max_tokens", "temperature", "top_p", "top_k": 0, "min_p": 0,
+        "repetition_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0, "logprobs": K, "stop_token_ids",
+        "ignore_eos": true, "return_tokens_as_token_ids": true, "return_token_ids": true,
         "skip_special_tokens": false, "seed"}
     → {"choices": [{"token_ids": [...], "finish_reason", "logprobs": {"tokens": ["token_id:12", ...],
-        "token_logprobs": [...], "top_logprobs": [{"token_id:12": -0.1, ...}, ...]}}]}
+        "token_logprobs": [...], "top_logprobs": [{"token_id:12": -0.1, ...}, ...]}}],
+       "usage": {"prompt_tokens_details": {"cached_tokens"}}}
+
+Every sampling field vLLM fills from server defaults is sent explicitly: ``CompletionRequest.to_sampling_params``
+takes each of temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty and frequency_penalty from the
+request, else from the server's ``default_sampling_params`` (the model's ``generation_config.json`` under the
+default ``--generation-config auto``, or ``--override-generation-config``), so a model shipping ``top_k = 20``
+would silently truncate what the trainer believes is the full softmax. Stop semantics (``check_stop``): a
+``stop_token_ids`` hit always stops; ``ignore_eos`` only drops the EOS id (and ``generation_config.json``'s extra
+EOS ids) from the stop set, so this client sends ``ignore_eos: true`` and puts the ids it wants in
+``stop_token_ids``. A server-side default ``stop_token_ids`` is merged in whatever the request says.
 
 Server requirements (``launch_vllm`` sets them): ``--logprobs-mode processed_logprobs`` so logprobs are
-after temperature (the default ``raw_logprobs`` is before it), ``--max-logprobs`` >= K, and
-``VLLM_SERVER_DEV_MODE=1`` for ``/pause``, ``/resume`` and the weight-transfer routes. vLLM's processed
+after temperature (the default ``raw_logprobs`` is before it), ``--max-logprobs`` >= K,
+``--weight-transfer-config`` (without it vLLM builds no weight-transfer engine and every weight route fails),
+``--enable-prompt-tokens-details`` (without it ``usage.prompt_tokens_details`` is null and cached-token counts read
+0), and ``VLLM_SERVER_DEV_MODE=1`` for ``/pause``, ``/resume`` and the weight-transfer routes. vLLM's processed
 logprobs also include top-p truncation, so this client refuses ``top_p < 1`` rather than return numbers
 the trainer cannot reproduce. vLLM may return K+1 candidates (the sampled one added); the K best are kept.
 
-Weight transfer: ``/init_weight_transfer_engine`` once, then per update ``/start_weight_update``,
-``/update_weights`` (while the trainer broadcasts over NCCL or IPC) and ``/finish_weight_update`` with
-the ``weight_version``. An HF directory is read and sent the same way. ``receive_broadcast(specs, version)`` is
-the server's half alone, for a driver whose trainer broadcasts once to several servers. The calls that meet the
-trainer in a collective (``/init_weight_transfer_engine``, ``/update_weights``) are never retried: a repeated
-receive would wait for a broadcast that already happened.
+Weight transfer: ``/init_weight_transfer_engine`` once (the trainer joins the same group through
+``engines/vllm_transfer.py``, ``trainer_broadcaster``), then per update ``/pause?mode=wait`` (unless the caller
+paused: running turns finish on the old weights),
+``/start_weight_update``, ``/update_weights`` (while the trainer broadcasts) and ``/finish_weight_update`` with the
+``weight_version``, then ``/resume``: vLLM's pause-only RL sequence (``serve/dev/rlhf/rl_state_machine.py``). An HF
+directory is read and sent the same way. ``receive_broadcast(specs, version)`` is the server's half alone, for a
+driver whose trainer broadcasts once to several servers. The calls that meet the trainer in a collective
+(``/init_weight_transfer_engine``, ``/update_weights``) are never retried: a repeated receive would wait for a
+broadcast that already happened.
 
-Weight version of a result: vLLM's completions do not report one, so a result carries the version this client
-installed last, and raises ``WeightVersionMissing`` when an update went through this client while it ran (its
-tokens may come from two versions). A server updated by anyone else is mislabeled: ``fireflash train`` refuses
-vLLM for that reason.
+Weight version of a result: vLLM's completions do not report one (``/weight_info`` reports the server's current
+one: ``server_weight_version``), so a result carries the version this client installed last, and raises
+``WeightVersionMissing`` when an update went through this client while it ran (its tokens may come from two
+versions; an update's own pause waits for every in-flight request to finish first). ``fireflash
+train`` is the only writer of its servers' weights, so its results are labeled right.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +72,29 @@ from fireflash.protocols import GenerateRequest, GenerateResult
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
+NEUTRAL_SAMPLING = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0}
+"""The sampling fields vLLM takes from server defaults when a request omits them (``CompletionRequest.
+_DEFAULT_SAMPLING_PARAMS`` less temperature and top_p, which the client always sends), at the values that switch
+them off."""
+
+
+def weight_transfer_backend(args: Mapping[str, Any] | None) -> str:
+    """The backend of ``--weight-transfer-config`` in a server's ``engine.args`` ('nccl' when unset, as vLLM).
+
+    Raises:
+        TypeError: the value is neither a dict nor a JSON object.
+    """
+    value = (args or {}).get("weight_transfer_config") or (args or {}).get("--weight-transfer-config") or {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"engine.args.weight_transfer_config = {value!r}: give a table, e.g. {{backend = 'nccl'}}")
+    return str(value.get("backend", "nccl"))
+
 
 def _token_id(token: str) -> int:
     """``"token_id:123"`` → 123 (``return_tokens_as_token_ids``)."""
@@ -73,8 +116,11 @@ class VLLMEngine:
         pause_mode: ``/pause`` mode: 'abort' (in-flight requests return now, finish_reason 'abort'),
             'wait' (returns once they finish: every token on the old version), 'keep' (they resume later,
             possibly on new weights).
-        broadcast: trainer-side sender run concurrently with ``/update_weights``.
+        broadcast: trainer-side sender run concurrently with ``/update_weights`` (``trainer_broadcaster`` sets it).
         packed: ask vLLM for packed (batched) broadcasting.
+        transfer_backend: the server's ``--weight-transfer-config`` backend, which the trainer's end must match:
+            'nccl' (vLLM) or 'gloo' (FireFlash's stand-in, ``engines/vllm_serve.py``).
+        transfer_device: the trainer's CUDA device for 'nccl' (``VLLMTrainerTransfer``); None: the current one.
         transport: httpx transport override (tests).
     """
 
@@ -90,6 +136,8 @@ class VLLMEngine:
         broadcast: Broadcast | None = None,
         packed: bool = False,
         weight_version: int = 0,
+        transfer_backend: str = "nccl",
+        transfer_device: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if pause_mode not in ("abort", "wait", "keep"):
@@ -100,6 +148,9 @@ class VLLMEngine:
         self.broadcast = broadcast
         self.packed = packed
         self._version = weight_version
+        self.transfer_backend, self.transfer_device = transfer_backend, transfer_device
+        self.transfer: Any = None  # VLLMTrainerTransfer, when this process is the trainer (trainer_broadcaster)
+        self._paused = False  # paused by the caller: an update then neither pauses nor resumes
 
     @property
     def weight_version(self) -> int:
@@ -136,6 +187,8 @@ class VLLMEngine:
             "max_tokens": p.max_new_tokens,
             "temperature": p.temperature,
             "top_p": p.top_p,
+            # vLLM fills each unset one from generation_config.json (module docstring): the neutral values, explicitly
+            **NEUTRAL_SAMPLING,
             "logprobs": p.n_top_logprobs,
             "stop_token_ids": p.stop_token_ids,
             "ignore_eos": True,
@@ -186,9 +239,12 @@ class VLLMEngine:
         )
 
     async def init_weight_sync(
-        self, master_address: str, master_port: int, world_size: int, rank_offset: int = 1
+        self, master_address: str, master_port: int, world_size: int, rank_offset: int = 1, backend: str | None = None
     ) -> None:
-        """``/init_weight_transfer_engine``: the server's workers join the trainer's group (trainer = rank 0)."""
+        """``/init_weight_transfer_engine``: the server's workers join the trainer's group (trainer = rank 0).
+
+        ``backend`` is accepted for the runtime's SGLang-shaped call and ignored: the server's
+        ``--weight-transfer-config`` decides it (``transfer_backend`` here must name the same)."""
         await self.http.request(
             "POST",
             "/init_weight_transfer_engine",
@@ -203,8 +259,29 @@ class VLLMEngine:
             max_retries=0,
         )
 
+    def trainer_broadcaster(
+        self, master_address: str, master_port: int, world_size: int, backend: str, timeout_sec: float
+    ) -> Broadcast:
+        """The trainer's end of the group the server joins in ``init_weight_sync`` (run both concurrently; blocks
+        until the server has joined): a ``VLLMTrainerTransfer`` on ``transfer_backend`` (``backend``, the runtime's
+        choice for SGLang, does not apply: the server's config decides). Sets and returns ``broadcast``.
+
+        Raises:
+            ImportError: 'nccl' without vLLM in this process (``pip install 'fireflash[gpu]'``).
+        """
+        from fireflash.engines.vllm_transfer import VLLMTrainerTransfer
+
+        self.transfer = VLLMTrainerTransfer(self.transfer_backend, packed=self.packed, device=self.transfer_device)
+        self.transfer.join(master_address, master_port, world_size, timeout_sec)
+        self.broadcast = self.transfer.send
+        return self.broadcast
+
+    async def server_weight_version(self) -> str | None:
+        """``GET /weight_info``: the version the server reports (set by ``/finish_weight_update``), or None."""
+        return (await self.http.get("/weight_info")).get("weight_version")
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
-        """start → update (concurrent with the trainer's broadcast) → finish(weight_version).
+        """pause → start → update (concurrent with the trainer's broadcast) → finish(weight_version) → resume.
 
         Raises:
             ValueError: no ``broadcast`` sender configured.
@@ -221,8 +298,9 @@ class VLLMEngine:
         )
 
     async def receive_broadcast(self, specs: Sequence[TensorSpec], version: int) -> None:
-        """The server's half of a collective update: start → ``/update_weights`` for ``specs`` (the server
-        receives them while someone else broadcasts) → finish(weight_version); sets ``weight_version``.
+        """The server's half of a collective update: pause → start → ``/update_weights`` for ``specs`` (the server
+        receives them while someone else broadcasts) → finish(weight_version) → resume; sets ``weight_version``.
+        A server the caller paused stays paused (no pause or resume is sent).
 
         Raises:
             EngineRequestError / EngineHTTPError: the server refused or failed.
@@ -233,18 +311,29 @@ class VLLMEngine:
             dtypes.append(dtype)
             shapes.append(list(shape))
         update_info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "packed": self.packed}
-        await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
-        await self.http.request("POST", "/update_weights", {"update_info": update_info}, max_retries=0)
-        await self.http.post("/finish_weight_update", {"weight_version": str(version)})
-        self._version = version
+        paused_here = not self._paused
+        if paused_here:  # vLLM's pause-only RL sequence: pause → start → update → finish → resume
+            # 'wait', whatever pause_mode says: running turns finish on the old weights (as SGLang's update lock
+            # does); 'abort' would end every attempt in flight (the harness ends an aborted turn's attempt)
+            await self.pause("wait")
+        try:
+            await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
+            await self.http.request("POST", "/update_weights", {"update_info": update_info}, max_retries=0)
+            await self.http.post("/finish_weight_update", {"weight_version": str(version)})
+            self._version = version
+        finally:
+            if paused_here:
+                await self.resume()
 
-    async def pause(self) -> None:
-        """``POST /pause?mode=...``."""
-        await self.http.post("/pause", params={"mode": self.pause_mode})
+    async def pause(self, mode: str | None = None) -> None:
+        """``POST /pause?mode=...`` with ``mode``, or ``pause_mode`` when None."""
+        await self.http.post("/pause", params={"mode": mode or self.pause_mode})
+        self._paused = True
 
     async def resume(self) -> None:
         """``POST /resume``."""
         await self.http.post("/resume")
+        self._paused = False
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -253,9 +342,16 @@ class VLLMEngine:
 def vllm_command(
     model_path: str, port: int, args: Mapping[str, Any] | None = None, host: str = "127.0.0.1"
 ) -> list[str]:
-    """``vllm serve`` with vLLM's own flags passed through verbatim; ``--logprobs-mode processed_logprobs``
-    and ``--max-logprobs 32`` are added unless ``args`` sets them."""
-    merged = {"logprobs_mode": "processed_logprobs", "max_logprobs": 32, **(args or {})}
+    """``vllm serve`` with vLLM's own flags passed through verbatim; added unless ``args`` sets them:
+    ``--logprobs-mode processed_logprobs``, ``--max-logprobs 32``, ``--weight-transfer-config '{"backend": "nccl"}'``
+    (without it every weight route fails) and ``--enable-prompt-tokens-details`` (cached-token counts)."""
+    merged = {
+        "logprobs_mode": "processed_logprobs",
+        "max_logprobs": 32,
+        "weight_transfer_config": {"backend": "nccl"},
+        "enable_prompt_tokens_details": True,
+        **(args or {}),
+    }
     return [
         sys.executable,
         "-m",

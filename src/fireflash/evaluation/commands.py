@@ -137,10 +137,9 @@ def eval_command(
     out: Path | None = EvalOutOpt,
 ) -> None:
     """Evaluate a model: Pass@1 over N trials per task, pass@k, tokens, cost, failures (RECIPE.md §6)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fireflash.evaluation.cost import PriceUnavailable, resolve_prices
     from fireflash.evaluation.runner import evaluate
+    from fireflash.progress import Progress
 
     specs, overrides = split_args(args)
     cfg = _config(config, overrides)
@@ -157,14 +156,12 @@ def eval_command(
 
     async def run() -> Any:
         async with build_stack(cfg, model_name) as stack:
-            with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[solved]} solved"),
-                          TimeElapsedColumn(), console=console) as progress:
-                bar = progress.add_task("eval", total=len(tasks) * ev.trials_per_task, solved=0)
+            with Progress("eval trials", console, total=len(tasks) * ev.trials_per_task) as progress:
                 solved = [0]
 
                 def tick(trial: Any) -> None:
                     solved[0] += trial.solved
-                    progress.update(bar, advance=1, solved=solved[0])
+                    progress.advance(info=f"{solved[0]} solved")
 
                 return await evaluate(
                     tasks, backend=stack.backend, engine=stack.engine, tokenizer=stack.tokenizer, harness=cfg.harness,

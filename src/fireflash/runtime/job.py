@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from fireflash.config import ConfigError, FireFlashConfig, check_trainable_sampling, dump_config
+from fireflash.progress import Progress
 from fireflash.protocols import Task
 
 console = Console()
@@ -55,6 +56,21 @@ class _Status:
         return table
 
 
+def _watch(runtime: Any, steps: int) -> Live | Progress:
+    """The live table in a terminal; without one (``make train > log``) a plain line at least every 30 s."""
+    if console.is_terminal:
+        return Live(_Status(runtime, steps), console=console, refresh_per_second=1)
+    return Progress("train", console, total=steps, completed=runtime.trainer.step, poll=lambda: _line(runtime))
+
+
+def _line(runtime: Any) -> tuple[int, str]:
+    """(steps done, rollout counters and the last step's pass rate) for a plain progress line."""
+    t, last = runtime.total, (runtime.history[-1] if runtime.history else {})
+    pass_rate = f", last step pass {_fmt(last, 'rollout/pass_rate', 2)}" if last else ""
+    return runtime.trainer.step, (f"attempts {t.attempts} ({t.solved} solved, {t.lost_attempts} lost), "
+                                  f"{runtime.running_attempts} running, {len(runtime.queue)} groups queued{pass_rate}")
+
+
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
     """A metric for the progress table; '–' for a window without graded attempts (the key is absent)."""
     return f"{m[key]:.{digits}f}" if key in m else "–"
@@ -74,19 +90,21 @@ def role_threads(threads_per_role_setting: int | None, engine_num_threads: int |
 
 
 def check_train_config(cfg: FireFlashConfig) -> None:
-    """Engine and sampling settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can (a vLLM
-    server); sampling the trainer cannot correct for (top_p < 1, greedy: ``check_trainable_sampling``).
+    """Engine and sampling settings ``fireflash train`` cannot run, though eval, probe and ``agent run`` can; sampling
+    the trainer cannot correct for (top_p < 1, greedy: ``check_trainable_sampling``). SGLang and vLLM servers get
+    the same checks (issue 31); vLLM also needs ``engine.weight_sync = 'collective'``.
 
     Raises:
         ConfigError: the message names the field and the fix.
     """
     check_trainable_sampling(cfg)
     engine = cfg.engine
-    if engine.kind == "vllm":
+    servers = engine.kind in ("sglang", "vllm")
+    if servers and not engine.url and cfg.runtime.backend == "local":
         raise ConfigError(
-            "engine.kind = 'vllm': fireflash train cannot push new weights to a vLLM server yet (vLLM takes them only "
-            "through its own trainer-side communicator); use engine.kind = 'sglang' or 'local' (eval and probe can "
-            "use a vLLM server)"
+            f"engine.kind = {engine.kind!r} on runtime.backend = 'local' needs engine.url, e.g. "
+            "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`, or vLLM's `vllm serve` "
+            "with --weight-transfer-config); only runtime.backend = 'ray' launches engine servers itself"
         )
     if engine.kind == "sglang":
         import logging
@@ -98,17 +116,15 @@ def check_train_config(cfg: FireFlashConfig) -> None:
                 logging.getLogger(__name__).warning(warning)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    if engine.kind == "sglang" and not engine.url and cfg.runtime.backend == "local":
+    if engine.kind == "vllm" and engine.weight_sync == "disk":
         raise ConfigError(
-            "engine.kind = 'sglang' on runtime.backend = 'local' needs engine.url, e.g. "
-            "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`); only "
-            "runtime.backend = 'ray' launches engine servers itself"
+            "engine.kind = 'vllm' with engine.weight_sync = 'disk': vLLM's RL routes take new weights only through its "
+            "weight-transfer group (engines/vllm_transfer.py); use engine.weight_sync = 'collective'"
         )
-    if engine.kind == "sglang" and engine.weight_sync == "collective" and (
-        engine.weight_sync_timeout_sec <= engine.request_timeout_sec
-    ):
+    if servers and engine.weight_sync == "collective" and engine.weight_sync_timeout_sec <= engine.request_timeout_sec:
         # SGLang installs an update only once the turns it is sampling have finished (a turn lasts at most
-        # request_timeout_sec) while the trainer waits in the broadcast, which fails after weight_sync_timeout_sec
+        # request_timeout_sec), as vLLM's pause mode 'wait' does, while the trainer waits in the broadcast, which fails
+        # after weight_sync_timeout_sec
         raise ConfigError(
             f"engine.weight_sync_timeout_sec ({engine.weight_sync_timeout_sec:g}) must exceed "
             f"engine.request_timeout_sec ({engine.request_timeout_sec:g}), the longest a turn can take: an SGLang "
@@ -180,7 +196,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     )
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
     engine = make_engine(cfg.engine.model_copy(update={"num_threads": engine_threads}), str(start_dir))
-    if cfg.engine.kind == "sglang":  # a server: new weights reach it through a weight-update group or a directory
+    if cfg.engine.kind in ("sglang", "vllm"):  # a server: new weights reach it through a group or a directory
         from fireflash.runtime.servers import connect_local_trainer
 
         engine = await connect_local_trainer(
@@ -211,7 +227,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     )
     start = time.perf_counter()
     try:
-        with Live(_Status(runtime, cfg.runtime.steps), console=console, refresh_per_second=1):
+        with _watch(runtime, cfg.runtime.steps):
             await runtime.run()
     finally:
         writer.close()
@@ -276,7 +292,7 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()
     try:
-        with Live(_Status(runtime, rt.steps), console=console, refresh_per_second=1):
+        with _watch(runtime, rt.steps):
             await runtime.run()
     finally:
         writer.close()

@@ -434,14 +434,20 @@ async def connect_local_trainer(
         address = probe.getsockname()[0]
     port = _free_port()
 
+    # a client whose server needs its own trainer-side group (vLLM: engines/vllm_transfer.py) brings its own end
+    trainer_end = getattr(engine, "trainer_broadcaster", None)
+
     async def create() -> Any:
         try:
-            return await asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name,
-                                           timeout_sec)
+            if trainer_end is not None:
+                return await asyncio.to_thread(trainer_end, address, port, 2, "gloo", timeout_sec)
+            group = await asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name,
+                                            timeout_sec)
+            return tensor_broadcaster(group, "cpu")
         except Exception as e:
             raise WeightSyncFailed(engine.http.base_url, "trainer join of the weight-update group", None, e) from e
 
-    _, group = await asyncio.gather(engine.init_weight_sync(address, port, world_size=2, backend="gloo"), create())
-    engine.broadcast = tensor_broadcaster(group, "cpu")
+    _, engine.broadcast = await asyncio.gather(engine.init_weight_sync(address, port, world_size=2, backend="gloo"),
+                                               create())
     await engine.update_weights(trainer.state_dict(), trainer.weight_version)
     return engine

@@ -55,9 +55,12 @@ WRAPPER = r"""exec 3>&"$FF_CTL_FD" 2>/dev/null; eval "exec $FF_CTL_FD>&-"; unset
 
 # pid 1 of a bwrap sandbox: starts the first shell, reports its exit, then only reaps orphans (bash
 # reaps any child while it waits). Signals sent from inside the sandbox cannot kill a pid-1 process,
-# so `kill -9 -1` by the agent kills shells, not the sandbox.
+# so `kill -9 -1` by the agent kills shells, not the sandbox. The shell starts as a job under `set -m`:
+# POSIX has a shell without job control start `&` jobs with SIGINT and SIGQUIT ignored, and a shell
+# cannot undo what was ignored when it started, so every command of the sandbox ignored Ctrl-C's signal
+# (`timeout -s INT` could not stop a program; a task testing its SIGINT handler timed out).
 KEEPER = r"""exec 3>&"$FF_CTL_FD" 2>/dev/null; eval "exec $FF_CTL_FD>&-"; unset FF_CTL_FD
-/bin/bash --noprofile --norc -s <&0 & shell=$!
+set -m; /bin/bash --noprofile --norc -s <&0 & shell=$!; set +m
 exec 0</dev/null
 trap '' TERM INT HUP
 wait "$shell"; printf 'X\0%s\0\0\0' "$?" >&3; exec 3>&-

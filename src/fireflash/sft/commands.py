@@ -19,16 +19,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from fireflash.config import FireFlashConfig
+from fireflash.progress import Progress
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sft.config import SFTConfig
@@ -70,11 +63,6 @@ def _say(text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
-
-
 async def build_oracle(cfg: FireFlashConfig, tasks: list[Task], out: Path) -> None:
     """Replay and grade every oracle plan into ``out`` (skipped when ``out/dropped.json`` exists)."""
     from fireflash.grading.graders import make_grader
@@ -89,14 +77,13 @@ async def build_oracle(cfg: FireFlashConfig, tasks: list[Task], out: Path) -> No
     backend = make_backend(cfg.sandbox)
     graders: dict = {}
     try:
-        with _progress() as bar:
-            job = bar.add_task("oracle replays", total=len(plans_for(tasks, cfg.sft.variants)), info="")
+        with Progress("oracle replays", console, total=len(plans_for(tasks, cfg.sft.variants))) as bar:
             solved = 0
 
             def tick(_task, _index, outcome) -> None:
                 nonlocal solved
                 solved += bool(outcome.score and outcome.score.solved)
-                bar.update(job, advance=1, info=f"{solved} solved")
+                bar.advance(info=f"{solved} solved")
 
             result = await collect_oracle(
                 tasks, cfg.sft.variants, backend=backend, tokenizer=tokenizer, harness=cfg.harness,
@@ -208,12 +195,11 @@ def _run_pass(cfg: FireFlashConfig, run_dir: Path, resume: bool, field: str = "s
                   f"{s.epochs} epochs, lr {s.lr}, from {source}")
     path = None
     try:
-        with _progress() as bar:
-            job = bar.add_task("sft steps", total=len(steps), completed=start_step, info="")
+        with Progress("sft steps", console, total=len(steps), completed=start_step) as bar:
             for i in range(start_step, len(steps)):
                 metrics = trainer.step([examples[j] for j in steps[i]])
                 writer.write(i + 1, metrics | {"epoch": (i + 1) * s.batch_size / len(examples)})
-                bar.update(job, advance=1, info=f"loss {metrics['loss']:.3f} acc {metrics['accuracy']:.2f}")
+                bar.advance(info=f"loss {metrics['loss']:.3f} acc {metrics['accuracy']:.2f}")
                 last = i + 1 == len(steps)
                 if last or (i + 1) % max(1, len(steps) // 4) == 0:
                     path = save_checkpoint(ckpt_root, i + 1, model, tokenizer, trainer.optimizer, 0,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from fireflash.progress import Progress
 from fireflash.protocols import Task
 from fireflash.sandbox import SandboxConfig, SandboxUnavailable, make_backend
 from fireflash.tasks.config import GatesConfig
@@ -147,15 +148,20 @@ def validate(
         _writable_dir(report_dir, f"--report-dir {report_dir}")
     tasks, errors = _load(paths, sandbox)
 
+    passed = [0]
+
     def on_report(report: GateReport) -> None:
         mark = "[green]PASS[/green]" if report.passed else f"[red]FAIL {report.failed_gates}[/red]"
         skipped = f", skipped {report.skipped_gates}" if report.skipped_gates else ""
         console.print(f"{mark} {report.task_id} ({report.duration_sec:.1f} s{skipped})")
         if report_dir:
             (report_dir / f"{report.task_id}.json").write_text(report.model_dump_json(indent=2))
+        passed[0] += report.passed
+        progress.advance(info=f"{passed[0]} passed every gate")
 
     start = time.monotonic()
-    reports = _run(_validate_all(tasks, sandbox, cfg, selected, on_report))
+    with Progress("validate tasks", console, total=len(tasks)) as progress:
+        reports = _run(_validate_all(tasks, sandbox, cfg, selected, on_report))
     table = Table(title=f"validation: {len(reports)} tasks, {time.monotonic() - start:.0f} s")
     table.add_column("task", no_wrap=True)
     for g in selected:

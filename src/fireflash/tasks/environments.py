@@ -28,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+
+from fireflash.progress import Progress
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sandbox.containers import ContainerTool, ContainerToolMissing, find_tool
@@ -98,8 +101,9 @@ def place(
         raise TaskLoadError(
             f"task {task.id} runs in its image ({why}), but {e}; or set sandbox.task_images = 'never' to skip it"
         ) from None
-    try:
-        record = task_image(task.path, cfg, tool, say)
+    try:  # a build can take minutes; a cached image is found at once and prints nothing
+        with Progress(f"image for {task.id}", Console(), announce=False) as progress:
+            record = task_image(task.path, cfg, tool, say, progress.line)
     except ImageBuildError as e:
         raise TaskLoadError(str(e)) from None
     info = tool.inspect(record.image)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fireflash.progress import Progress
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sandbox.containers import (
     ContainerCommandFailed,
@@ -30,7 +31,6 @@ from fireflash.sandbox.containers import (
 from fireflash.tasks.bases import DEBIAN_BASES, BaseBuildError, ensure_base
 from fireflash.tasks.images import ImageBuildError, ImageRecord, task_image
 from fireflash.tasks.loader import TaskLoadError, task_dirs
-from fireflash.tasks.progress import Progress
 
 images_app = typer.Typer(help="Container images: local Debian bases for offline machines.", no_args_is_help=True)
 console = Console()

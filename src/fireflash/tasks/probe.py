@@ -204,9 +204,10 @@ async def probe_tasks(
     Raises:
         ValueError: the existing manifest was probed under another model, attempt count or harness config.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console
 
     from fireflash.evaluation.trials import run_trials
+    from fireflash.progress import Progress
 
     manifest_path = Path(manifest_path)
     manifest = _start_manifest(manifest_path, PoolManifest(
@@ -219,24 +220,23 @@ async def probe_tasks(
     unprobed: list[str] = []
     _write_atomic(manifest_path, refilter(manifest).model_dump_json(indent=1))
 
-    with Progress(TextColumn("probe"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
-                  TimeElapsedColumn(), disable=not show_progress) as progress:
-        bar = progress.add_task("probe", total=len(todo) * attempts_per_task, last="")
+    with Progress("probe attempts", Console(quiet=not show_progress), total=len(todo) * attempts_per_task) as progress:
 
         def record(task: Task, _index: int, outcome: AttemptOutcome) -> None:
-            progress.advance(bar)
+            progress.advance()
             outs = pending[task.id]
             outs.append(outcome)
             if len(outs) < attempts_per_task:
                 return
             if any(o.lost for o in outs):
                 unprobed.append(task.id)
-                progress.update(bar, last=f"{task.id}: attempt lost to infrastructure, will retry on rerun")
+                progress.update(info=f"{task.id}: attempt lost to infrastructure, will retry on rerun")
                 return
             entry = probed_task(task, outs, manifest.keep_min_pass_rate, manifest.keep_max_pass_rate)
             manifest.tasks.append(entry)
             _write_atomic(manifest_path, refilter(manifest).model_dump_json(indent=1))
-            progress.update(bar, last=f"{task.id}: {entry.passes}/{entry.attempts} {'kept' if entry.kept else 'dropped'}")
+            kept = sum(t.kept for t in manifest.tasks)
+            progress.update(info=f"{kept} kept; {task.id}: {entry.passes}/{entry.attempts} {'kept' if entry.kept else 'dropped'}")
 
         await run_trials(
             todo, attempts_per_task, backend=backend, engine=engine, tokenizer=tokenizer, harness=harness,
