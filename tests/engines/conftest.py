@@ -147,7 +147,9 @@ def sglang_server():
             return 422, {
                 "detail": [{"loc": ["body", "sampling_params", "max_new_tokens"], "msg": "must be >= 0"}]
             }
-        ids, reason = _continuation(body["input_ids"], sp["max_new_tokens"], sp.get("stop_token_ids") or [])
+        # SGLang's ignore_eos skips every token stop, stop_token_ids included (schedule_batch._check_token_based_finish)
+        stops = [] if sp.get("ignore_eos") else sp.get("stop_token_ids") or []
+        ids, reason = _continuation(body["input_ids"], sp["max_new_tokens"], stops)
         k = body.get("top_logprobs_num", 0)
         finish = (
             {"type": "stop", "matched": ids[-1]}
@@ -184,7 +186,7 @@ def sglang_server():
         }
 
     def distributed(body, _query):
-        state["version"] = body["weight_version"]
+        state["version"] = body.get("weight_version") or state["version"]  # absent: a bucket before the last
         return 200, {"success": True, "message": "ok"}
 
     ok = lambda body, query: (200, {"success": True, "message": "ok"})

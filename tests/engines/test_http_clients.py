@@ -45,18 +45,15 @@ def test_sglang_generate_sends_native_fields_and_parses_meta_info(sglang_server)
     (res,) = run(engine.generate([request(temperature=0.7, stop_token_ids=[99], seed=3)]))
     path, _, body = sglang_server.calls[-1]
     assert path == "/generate"
-    assert body["input_ids"] == [5, 6, 7] and body["rid"] == "r1"
+    assert body["input_ids"] == [5, 6, 7] and body["rid"].startswith("r1-")
     assert (
         body["return_logprob"] is True and body["top_logprobs_num"] == 4 and body["logprob_start_len"] == -1
     )
     sp = body["sampling_params"]
-    assert (sp["temperature"], sp["max_new_tokens"], sp["stop_token_ids"], sp["sampling_seed"]) == (
-        0.7,
-        6,
-        [99],
-        3,
-    )
-    assert sp["ignore_eos"] is True and sp["no_stop_trim"] is True
+    assert (sp["temperature"], sp["max_new_tokens"], sp["stop_token_ids"]) == (0.7, 6, [99])
+    # SGLang's ignore_eos also skips stop_token_ids (schedule_batch._check_token_based_finish): never sent true
+    assert sp["ignore_eos"] is False and sp["no_stop_trim"] is True
+    assert "sampling_seed" not in sp  # SGLang honours it only with --enable-deterministic-inference
     assert res.token_ids == [(18 + 7 * i) % 50 for i in range(6)]
     assert res.logprobs == pytest.approx([-0.1 - 0.01 * t for t in res.token_ids])
     assert res.topk_ids[0] == [res.token_ids[0] + j for j in range(4)]
@@ -115,6 +112,71 @@ def test_sglang_weight_update_from_state_dict_over_the_group(sglang_server):
     assert body["names"] == ["a.weight", "b.bias"] and body["dtypes"] == ["float32", "bfloat16"]
     assert body["shapes"] == [[2, 3], [4]] and body["weight_version"] == "2"
     assert sent == ["a.weight", "b.bias"] and engine.weight_version == 2
+
+
+def test_sglang_state_dict_moves_in_buckets_under_a_pause(sglang_server):
+    """One /update_weights_from_distributed per bucket, each listing only its tensors; flush_cache and the version
+    on the last call only; several buckets go between /pause_generation and /continue_generation."""
+    state = {"a": torch.zeros(64), "b": torch.zeros(64), "c": torch.zeros(100), "d": torch.zeros(8)}  # fp32: 4 B each
+    sent = []
+
+    async def main(bucket_bytes):
+        engine = SGLangEngine(sglang_server.url, pause_mode="retract", bucket_bytes=bucket_bytes,
+                              broadcast=lambda named: sent.extend(n for n, _ in named))
+        await engine.update_weights(state, version=3)
+        return engine
+
+    engine = run(main(512))  # a+b = 512 B; c = 400 B; d = 32 B fits beside c
+    assert sglang_server.paths() == ["/pause_generation", *["/update_weights_from_distributed"] * 2,
+                                     "/continue_generation"]
+    assert sglang_server.calls[0][2] == {"mode": "retract"}
+    first, last = (c[2] for c in sglang_server.calls[1:3])
+    assert (first["names"], first["shapes"], first["flush_cache"]) == (["a", "b"], [[64], [64]], False)
+    assert "weight_version" not in first
+    assert (last["names"], last["flush_cache"], last["weight_version"]) == (["c", "d"], True, "3")
+    assert sent == ["a", "b", "c", "d"] and engine.weight_version == 3
+    sglang_server.calls.clear()
+    run(main(1 << 30))  # one bucket: one call, atomic under SGLang's model-update lock, no pause
+    assert sglang_server.paths() == ["/update_weights_from_distributed"]
+    assert sglang_server.calls[0][2]["names"] == ["a", "b", "c", "d"]
+
+
+def test_make_engine_passes_the_bucket_size_and_the_seed_flag():
+    engine = make_engine(EngineConfig(kind="sglang", url="http://x:1", weight_sync_bucket_mb=3), "")
+    assert engine.bucket_bytes == 3 << 20 and not engine.send_sampling_seed
+    deterministic = EngineConfig(kind="sglang", url="http://x:1", args={"enable-deterministic-inference": True})
+    assert make_engine(deterministic, "").send_sampling_seed
+    assert make_engine(EngineConfig(kind="sglang", url="http://x:1", server="fireflash"), "").send_sampling_seed
+
+
+def test_sglang_sends_the_seed_only_to_a_deterministic_server(sglang_server):
+    run(SGLangEngine(sglang_server.url, send_sampling_seed=True).generate([request(seed=3)]))
+    assert sglang_server.calls[-1][2]["sampling_params"]["sampling_seed"] == 3
+
+
+def test_sglang_in_place_pause_with_flush_cache_is_refused():
+    """io_struct.PauseGenerationReqInput: in 'in_place' mode flush_cache fails while requests are in the batch."""
+    with pytest.raises(ValueError, match="in_place.*'retract'"):
+        SGLangEngine("http://x:1", pause_mode="in_place")
+    SGLangEngine("http://x:1", pause_mode="in_place", flush_cache=False)
+
+
+def test_sglang_retry_uses_a_fresh_rid(sglang_server):
+    """SGLang refuses a rid still in flight; a retry after a 5xx may find the first one there."""
+    sglang_server.fail_next["/generate"] = [503]
+    run(SGLangEngine(sglang_server.url, backoff_sec=0.01).generate([request(rid="r7")]))
+    rids = [c[2]["rid"] for c in sglang_server.calls if c[0] == "/generate"]
+    assert len(rids) == 2 and rids[0] != rids[1] and all(r.startswith("r7-") for r in rids)
+
+
+@pytest.mark.parametrize("body", [{"error": {"message": "Duplicate request ID r1"}},
+                                  {"success": False, "message": "Duplicate request ID r1"}], ids=["generate", "weights"])
+def test_sglang_400_message_becomes_the_error(sglang_server, body):
+    """http_server.py answers 400 {"error": {"message": str(e)}} (/generate) or {"success": false, "message"}
+    (weight and control routes): the reason, not the dict, ends our error."""
+    sglang_server.routes[("POST", "/generate")] = lambda b, q: (400, body)
+    with pytest.raises(EngineRequestError, match=r"\(HTTP 400\): Duplicate request ID r1$"):
+        run(SGLangEngine(sglang_server.url).generate([request()]))
 
 
 def test_retries_5xx_with_backoff_then_succeeds(sglang_server):
@@ -368,6 +430,61 @@ def test_sglang_result_without_a_weight_version_is_an_error(field):
     with pytest.raises(WeightVersionMissing, match=r"SGLang server http://sglang.test:30000: .*'r1'.* "
                        r"meta_info.weight_version = "):
         run(engine.generate([request()]))
+
+
+@pytest.mark.parametrize("meta", [
+    {"output_ids": [3, 4, 5]},
+    {"output_top_logprobs": [[[-0.5, 3, None]]]},
+], ids=["ids", "top-k"])
+def test_sglang_result_with_unequal_lengths_costs_a_try(meta):
+    """Speculative decoding v2 returns broken log-probs: output ids, log-probs and top-k must line up."""
+
+    def handler(_req):
+        base = {"finish_reason": {"type": "length"}, "weight_version": "0",
+                "output_token_logprobs": [[-0.5, 3, None], [-0.7, 4, None]], "output_top_logprobs": [[], []]}
+        base |= {k: v for k, v in meta.items() if k != "output_ids"}
+        return httpx.Response(200, json={"output_ids": meta.get("output_ids", [3, 4]), "meta_info": base})
+
+    engine = SGLangEngine("http://sglang.test:30000", transport=httpx.MockTransport(handler))
+    with pytest.raises(EngineHTTPError, match=r"'r1' has \d output_ids, 2 output_token_logprobs and \d "
+                       "output_top_logprobs rows"):
+        run(engine.generate([request()]))
+
+
+@pytest.mark.parametrize("spans,expected", [
+    ([{"version": "4", "start": 0, "end": 1}, {"version": "5", "start": 1, "end": 2}], 4),
+    (["6", "5"], 5),
+    ([{"version": "default", "start": 0, "end": 2}], 3),
+])
+def test_sglang_result_spanning_versions_carries_the_oldest(spans, expected):
+    """A turn paused with 'retract' / 'in_place' resumes on new weights; meta_info.weight_versions has the spans,
+    and staleness counts from the oldest (its first tokens are that far behind the trainer)."""
+    engine = SGLangEngine("http://sglang.test:30000", weight_version=3,
+                          transport=_sglang_answering({"weight_version": "9", "weight_versions": spans}))
+    (res,) = run(engine.generate([request()]))
+    assert res.weight_version == expected
+
+
+def test_training_refuses_quantization_and_warns_about_draft_models():
+    from fireflash.engines.sglang import check_sglang_training
+
+    with pytest.raises(ValueError, match=r"engine.args.quantization = 'fp8' .*remove engine.args.quantization"):
+        check_sglang_training({"quantization": "fp8"}, "collective")
+    (warning,) = check_sglang_training({"speculative-algorithm": "NEXTN", "tp-size": 8}, "collective")
+    assert "draft" in warning and "NEXTN" in warning
+    assert check_sglang_training({"tp_size": 8}, "disk") == []
+
+
+def test_cluster_config_passes_the_training_checks():
+    from fireflash.config import ConfigError, load_config
+    from fireflash.cli.train import check_train_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / "cluster.toml")
+    check_train_config(cfg)
+    fp8 = load_config(root / "configs" / "cluster.toml", ["engine.args.quantization=fp8"])
+    with pytest.raises(ConfigError, match="quantization"):
+        check_train_config(fp8)
 
 
 @pytest.mark.parametrize("reported,expected", [("7", 7), (5, 5), ("default", 3)])

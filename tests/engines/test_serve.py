@@ -31,6 +31,8 @@ VOCAB = 97
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, n_top_logprobs=4)
 PROMPTS = [[5, 9, 13, 2, 7], [11, 3, 3, 8, 40, 41], [60, 61, 2], [7] * 9]
 GROUP = "weight_update_group"
+EOS = build_tiny_model(VOCAB).config.eos_token_id
+STOP_AT_EOS = GREEDY.model_copy(update={"stop_token_ids": [EOS]})  # what a server that knows the EOS id does
 
 
 def _engine(seed: int = 0, **kwargs) -> LocalEngine:
@@ -68,7 +70,7 @@ def _differ(a, b) -> bool:
                for x, y in zip(a, b, strict=True))
 
 
-def _fresh(state) -> list:
+def _fresh(state, params: SamplingParams = GREEDY) -> list:
     """Greedy results of a new engine over ``state`` (other initial weights: everything must come from ``state``)."""
     model = build_tiny_model(VOCAB, seed=99)
     model.load_state_dict(state)
@@ -76,7 +78,7 @@ def _fresh(state) -> list:
 
     async def run():
         try:
-            return await engine.generate(_requests())
+            return await engine.generate(_requests(params))
         finally:
             await engine.close()
 
@@ -115,12 +117,71 @@ def test_scripted_engine_receives_the_clients_request_unchanged(tok):
     engine = ScriptedEngine(tok, ["hello there", "second"])
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=12, stop_token_ids=[2], n_top_logprobs=3, seed=5)
     with _served(engine) as server:
-        (res,) = asyncio.run(SGLangEngine(server.url).generate(
+        (res,) = asyncio.run(SGLangEngine(server.url, send_sampling_seed=True).generate(
             [GenerateRequest(request_id="attempt-7/turn-3", prompt_ids=[1, 5, 6], params=params)]))
     (seen,) = engine.requests
-    assert seen.request_id == "attempt-7/turn-3" and seen.prompt_ids == [1, 5, 6] and seen.params == params
+    assert seen.request_id == "attempt-7/turn-3"  # the rid of each HTTP try, less the client's fresh suffix
+    assert seen.prompt_ids == [1, 5, 6] and seen.params == params
     assert res.request_id == "attempt-7/turn-3" and res.token_ids == tok.encode("hello there") + [2]
     assert res.finish_reason == "stop" and len(res.topk_ids[0]) == 3
+
+
+def _post(url: str, max_new_tokens: int, **sampling) -> dict:
+    body = {"input_ids": PROMPTS[0], "sampling_params": {"temperature": 1.0, "sampling_seed": 5, "no_stop_trim": True,
+                                                          "max_new_tokens": max_new_tokens, **sampling}}
+    response = httpx.post(url + "/generate", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_stop_handling_is_sglangs_with_and_without_ignore_eos():
+    """schedule_batch.Req._check_token_based_finish: without ignore_eos a request stops at stop_token_ids or the
+    model's EOS ids; with ignore_eos it checks neither and runs to max_new_tokens."""
+    seeded = SamplingParams(temperature=1.0, max_new_tokens=8, n_top_logprobs=0, seed=5)
+    free = asyncio.run(_engine().generate(_requests(seeded)))[0].token_ids  # 8 tokens, no stops
+    first, eos = list(dict.fromkeys(free))[:2]  # two distinct tokens, in order of first appearance
+    n_eos = free.index(eos) + 1
+    with _served(_engine(), eos_token_ids=[eos]) as server:
+        ignoring = _post(server.url, 8, ignore_eos=True, stop_token_ids=[first, eos])
+        at_eos = _post(server.url, 8)
+        at_stop = _post(server.url, 8, stop_token_ids=[first])
+    assert ignoring["output_ids"] == free and ignoring["meta_info"]["finish_reason"]["type"] == "length"
+    assert at_eos["output_ids"] == free[:n_eos]
+    assert at_eos["meta_info"]["finish_reason"] == {"type": "stop", "matched": eos}
+    assert at_stop["output_ids"] == [first] and at_stop["meta_info"]["finish_reason"]["type"] == "stop"
+
+
+def test_model_eos_ids_come_from_the_generation_config():
+    from fireflash.engines.serve import model_eos_ids
+
+    model = build_tiny_model(VOCAB)
+    assert model_eos_ids(model) == [model.config.eos_token_id]
+    model.generation_config.eos_token_id = [2, 7]
+    assert model_eos_ids(model) == [2, 7] and model_eos_ids(None) == []
+
+
+def test_pause_abort_ends_in_flight_requests_and_holds_new_ones():
+    """tokenizer_manager.pause_generation(mode='abort'): every running request returns with finish_reason abort
+    (the client retries it as an ABORTED try); new requests wait for /continue_generation."""
+    long = SamplingParams(temperature=1.0, max_new_tokens=4000, n_top_logprobs=0, seed=1)
+
+    async def main(url):
+        client = SGLangEngine(url, pause_mode="abort")
+        running = asyncio.ensure_future(client.generate([GenerateRequest(request_id="long", prompt_ids=[4, 5],
+                                                                         params=long)]))
+        await asyncio.sleep(0.5)
+        await client.pause()
+        (aborted,) = await asyncio.wait_for(running, 30)
+        later = asyncio.ensure_future(client.generate(_requests()))
+        await asyncio.sleep(0.3)
+        held = not later.done()
+        await client.resume()
+        return aborted, held, await later
+
+    with _served(_engine()) as server:
+        aborted, held, later = asyncio.run(main(server.url))
+    assert aborted.finish_reason == "abort" and held
+    assert {r.finish_reason for r in later} <= {"stop", "length"}
 
 
 # ───────────────────────────── bad requests ─────────────────────────────
@@ -155,7 +216,6 @@ _MISSING = object()
         ("text", "hello"),
         ("sampling_params.max_new_tokens", -1),
         ("sampling_params.temperature", "hot"),
-        ("sampling_params.ignore_eos", False),
         ("sampling_params.no_stop_trim", False),
         ("sampling_params.top_k", 5),
         ("logprob_start_len", 0),
@@ -372,8 +432,8 @@ def test_two_servers_in_one_group_receive_one_broadcast(tmp_path):
         await trainer
         return first, after
 
-    try:
-        with _served(_engine()) as server:
+    try:  # the launched server stops at the model's EOS ids, as SGLang does; so does this one, and _fresh
+        with _served(_engine(), eos_token_ids=[EOS]) as server:
             first, after = asyncio.run(main(server.url))
     finally:
         for child in children:
@@ -381,7 +441,7 @@ def test_two_servers_in_one_group_receive_one_broadcast(tmp_path):
             child.wait(30)
     assert children[0].returncode == 0  # SIGTERM closes the server cleanly
     _same(first[1], first[0])  # the launched server serves the saved weights
-    fresh = _fresh(_weights(21))
+    fresh = _fresh(_weights(21), STOP_AT_EOS)
     for results in after:
         assert all(r.weight_version == 1 for r in results)
         _same(results, fresh)

@@ -1,4 +1,5 @@
-"""Weight sync: a trainer process and a local-engine process over a gloo group; the disk fallback; bucketing.
+"""Weight sync: a trainer process and a server process (a local engine behind FireFlash's SGLang-compatible server,
+driven by the real client in buckets) over a gloo group; the disk fallback; bucketing.
 
 The spawned pair records everything; the tests compare it here against freshly loaded copies of the weights.
 """
@@ -7,17 +8,17 @@ import asyncio
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from fireflash.engines.local import LocalEngine
+from fireflash.engines.serve import EngineServer
+from fireflash.engines.sglang import SGLangEngine
 from fireflash.engines.weight_sync import (
     DiskWeightSync,
-    GroupWeightReceiver,
-    GroupWeightSender,
     init_weight_update_group,
     plan_buckets,
     tensor_broadcaster,
 )
+from fireflash.engines.weights import specs_of
 from fireflash.models import build_tiny_model, load_policy
 from fireflash.protocols import GenerateRequest, Group, SamplingParams, Score, Segment, Trajectory
 from fireflash.rl.config import ObjectiveConfig
@@ -68,53 +69,57 @@ def _trainer_side(port, out):
     trainer = _trainer()
     groups = _groups(trainer.model, seed=1)
     group = init_weight_update_group("127.0.0.1", port, rank=0, world_size=2, backend="gloo", timeout_sec=60)
-    sender = GroupWeightSender(group, bucket_bytes=16 << 10)  # small buckets: several transfers per update
+    send = tensor_broadcaster(group)  # each tensor once, in order: SGLang's wire order
     sent = {}
     for _ in range(2):
         trainer.train_step(groups)
         sent[trainer.weight_version] = trainer.state_dict()
-        sender.send(sent[trainer.weight_version], trainer.weight_version)
-    sender.close()
-    tensor_broadcaster(group)(list(sent[2].items()))  # SGLang's wire order: one tensor per name, in order
+        torch.save(specs_of(sent[trainer.weight_version]), out / f"specs-{trainer.weight_version}.pt")
+        send(list(sent[trainer.weight_version].items()))
     torch.save(sent, out / "sent.pt")
 
 
-async def _engine_main(group, out):
+def _engine_side(port, out):
+    """A LocalEngine behind FireFlash's SGLang-compatible server, fed by the real client in small buckets."""
     engine = LocalEngine(build_tiny_model(VOCAB), max_batch_size=4)
-    record = {0: await _greedy(engine)}
-    steps0 = engine.stats["decode_steps"]
-    params = SamplingParams(temperature=1.0, max_new_tokens=LONG_TOKENS, n_top_logprobs=0, seed=3)
-    long = asyncio.create_task(engine.generate([GenerateRequest(request_id="long", prompt_ids=[4, 5, 6], params=params)]))
-    while engine.stats["decode_steps"] == steps0:  # the long request is decoding before any update arrives
-        await asyncio.sleep(0.001)
-    in_flight = {}
+    server = EngineServer(engine)
+    server.start()
 
-    async def on_update(version):
-        in_flight[version] = not long.done()
-        record[version] = await _greedy(engine)
+    async def main():
+        client = SGLangEngine(server.url, bucket_bytes=16 << 10, pause_mode="retract")  # several calls per update
+        await client.init_weight_sync("127.0.0.1", port, world_size=2, backend="gloo")
+        record = {0: await _greedy(client)}
+        steps0 = engine.stats["decode_steps"]
+        params = SamplingParams(temperature=1.0, max_new_tokens=LONG_TOKENS, n_top_logprobs=0, seed=3)
+        long = asyncio.ensure_future(client.generate([GenerateRequest(request_id="long", prompt_ids=[4, 5, 6],
+                                                                      params=params)]))
+        while engine.stats["decode_steps"] == steps0:  # the long request is decoding before any update arrives
+            await asyncio.sleep(0.001)
+        in_flight, n_calls = {}, {}
+        for version in (1, 2):
+            path = out / f"specs-{version}.pt"
+            while not path.exists():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # written completely
+            specs = torch.load(path, weights_only=False)
+            n_calls[version] = len(plan_buckets(specs, client.bucket_bytes))
+            await client.receive_broadcast(specs, version)
+            in_flight[version] = not long.done()
+            record[version] = await _greedy(client)
+        (long_result,) = await long
+        await client.close()
+        return {"record": record, "in_flight": in_flight, "n_calls": n_calls, "versions_seen": engine.weight_version,
+                "long": (long_result.weight_version, long_result.finish_reason, len(long_result.token_ids))}
 
-    n_updates = await GroupWeightReceiver(group).serve(engine, on_update)
-    (long_result,) = await long
-    buffers = [(name, torch.empty_like(t)) for name, t in engine.model.state_dict().items()]
-    works = [dist.broadcast(buf, src=0, group=group, async_op=True) for _, buf in buffers]
-    for work in works:
-        work.wait()
-    await engine.close()
-    torch.save(
-        {"record": record, "in_flight": in_flight, "n_updates": n_updates, "versions_seen": engine.weight_version,
-         "long": (long_result.weight_version, long_result.finish_reason, len(long_result.token_ids)),
-         "per_tensor": dict(buffers)},
-        out / "engine.pt",
-    )
+    try:
+        torch.save(asyncio.run(main()), out / "engine.pt")
+    finally:
+        server.close()
 
 
 def _pair(rank, world_size, port, out):
     torch.set_num_threads(1)
-    if rank == 0:
-        _trainer_side(port, out)
-    else:
-        group = init_weight_update_group("127.0.0.1", port, rank=1, world_size=2, backend="gloo", timeout_sec=60)
-        asyncio.run(_engine_main(group, out))
+    (_trainer_side if rank == 0 else _engine_side)(port, out)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +147,8 @@ def _same_outputs(got, expected, version):
 
 def test_engine_outputs_follow_each_version_like_a_fresh_copy(sync_run):
     sent, engine = sync_run
-    assert engine["n_updates"] == 2 and engine["versions_seen"] == 2 and sorted(engine["record"]) == [0, 1, 2]
+    assert engine["versions_seen"] == 2 and sorted(engine["record"]) == [0, 1, 2]
+    assert min(engine["n_calls"].values()) > 1  # bucketed: each update took several calls
     for version in (1, 2):
         _same_outputs(engine["record"][version], asyncio.run(_fresh_greedy(sent[version])), version)
     outputs = [engine["record"][v] for v in (0, 1, 2)]
@@ -153,13 +159,6 @@ def test_attempt_in_flight_finishes_on_its_weights(sync_run):
     _, engine = sync_run
     assert engine["in_flight"][1]  # the update landed while the long request was decoding
     assert engine["long"] == (0, "length", LONG_TOKENS)
-
-
-def test_per_tensor_broadcast_is_sglangs_wire_order(sync_run):
-    sent, engine = sync_run
-    assert list(engine["per_tensor"]) == list(sent[2])
-    for name, value in sent[2].items():
-        assert torch.equal(engine["per_tensor"][name], value), name
 
 
 def test_disk_fallback_installs_an_hf_directory(tmp_path):
@@ -181,14 +180,12 @@ def test_disk_fallback_installs_an_hf_directory(tmp_path):
     _same_outputs(got, asyncio.run(_fresh_greedy(load_policy(str(paths[-1])).state_dict())), 3)
 
 
-def test_buckets_keep_one_dtype_and_the_size_limit():
-    named = [("a", torch.zeros(4)), ("b", torch.zeros(4)), ("c", torch.zeros(2, dtype=torch.int64)),
-             ("d", torch.zeros(100)), ("e", torch.zeros(1))]
-    buckets = plan_buckets(named, bucket_bytes=32)
-    assert [[s.name for s in b] for b in buckets] == [["a", "b"], ["c"], ["d"], ["e"]]
-    assert buckets[1][0].dtype == "int64" and buckets[2][0].shape == (100,)
-    with pytest.raises(ValueError, match="bucket_bytes"):
-        plan_buckets(named, 0)
+def test_buckets_keep_order_and_the_size_limit():
+    specs = specs_of([("a", torch.zeros(4)), ("b", torch.zeros(4)), ("c", torch.zeros(20)), ("d", torch.zeros(2,
+                      dtype=torch.bfloat16))])
+    assert [[x.name for x in bucket] for bucket in plan_buckets(specs, bucket_bytes=32)] == [["a", "b"], ["c"], ["d"]]
+    with pytest.raises(ValueError, match="bucket_bytes=0 must be >= 1"):
+        plan_buckets(specs, 0)
 
 
 def test_bad_group_arguments_name_the_fix():

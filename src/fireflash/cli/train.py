@@ -114,6 +114,16 @@ def check_train_config(cfg: FireFlashConfig) -> None:
             "engine.url='http://127.0.0.1:30000' (a server started with `fireflash serve MODEL`, or vLLM's `vllm serve` "
             "with --weight-transfer-config); only runtime.backend = 'ray' launches engine servers itself"
         )
+    if engine.kind == "sglang":
+        import logging
+
+        from fireflash.engines.sglang import check_sglang_training
+
+        try:
+            for warning in check_sglang_training(engine.args, engine.weight_sync):
+                logging.getLogger(__name__).warning(warning)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if engine.kind == "vllm" and engine.weight_sync == "disk":
         raise ConfigError(
             "engine.kind = 'vllm' with engine.weight_sync = 'disk': vLLM's RL routes take new weights only through its "

@@ -69,9 +69,13 @@ def make_engine(
             "transport": transport,
         }
         if cfg.kind == "sglang":
-            from fireflash.engines.sglang import SGLangEngine
+            from fireflash.engines.sglang import SGLangEngine, deterministic_inference
 
-            return SGLangEngine(cfg.url, weight_sync_timeout_sec=cfg.weight_sync_timeout_sec, **common)
+            return SGLangEngine(cfg.url, weight_sync_timeout_sec=cfg.weight_sync_timeout_sec,
+                                bucket_bytes=cfg.weight_sync_bucket_mb << 20,
+                                # FireFlash's server honours seeds; SGLang only with deterministic inference
+                                send_sampling_seed=cfg.server == "fireflash" or deterministic_inference(cfg.args),
+                                **common)
         from fireflash.engines.vllm import VLLMEngine, weight_transfer_backend
 
         return VLLMEngine(cfg.url, model=cfg.served_model_name, transfer_backend=weight_transfer_backend(cfg.args),

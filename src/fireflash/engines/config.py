@@ -32,6 +32,12 @@ class EngineConfig(BaseModel):
         "must exceed the longest turn, request_timeout_sec (`fireflash train` checks it); a failed member is dropped, "
         "recovered and caught up."
     )
+    weight_sync_bucket_mb: int = Field(
+        1024, ge=1, description="SGLang: the most MiB of tensors one /update_weights_from_distributed call lists; a "
+        "state dict moves in calls of at most this size (a larger tensor goes alone), under /pause_generation when "
+        "there are several. SGLang allocates every tensor a call lists, unsharded on every tensor-parallel rank, "
+        "beside mem_fraction_static: keep it well under the memory that leaves free (engines/sglang.py)."
+    )
     max_batch_size: int = Field(
         16, ge=1, description="Concurrent sequences decoded together by the local engine."
     )

@@ -12,7 +12,7 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -55,6 +55,18 @@ class WeightSyncFailed(RuntimeError):
         what = f"weight version {version}" if version is not None else "joining the weight-update group"
         how = "timed out" if self.timed_out else "failed"
         super().__init__(f"engine server {url}: {call} ({what}) {how}: {type(cause).__name__}: {cause}")
+
+
+def _server_message(body: Any) -> str:
+    """The reason in an error body: SGLang's ``{"message": ...}`` (``http_server.py``), OpenAI's / vLLM's
+    ``{"error": {"message": ...}}``, else the body itself (shortened)."""
+    if isinstance(body, dict):
+        if isinstance(body.get("message"), str):
+            return body["message"]
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+    return str(body)[:400]
 
 
 def _blamed_field(body: Any) -> str:
@@ -108,7 +120,7 @@ class JSONClient:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None = None,
         params: Mapping[str, Any] | None = None,
         *,
         timeout_sec: float | None = None,
@@ -117,7 +129,8 @@ class JSONClient:
         """Send one request; return the decoded JSON body (None when empty).
 
         ``timeout_sec`` / ``max_retries`` override the client's for this request (a weight update waits longer
-        than a turn, and a collective one must never be sent twice).
+        than a turn, and a collective one must never be sent twice). ``body`` may be a function of the try number
+        (0, 1, ...) that returns the body, e.g. a fresh request id per try.
 
         Raises:
             EngineRequestError: 4xx (not retried).
@@ -132,7 +145,8 @@ class JSONClient:
                 await asyncio.sleep(self.backoff_sec * 2 ** (attempt - 1))
             try:
                 response = await self._http().request(
-                    method, path, json=body, params=params, timeout=httpx.Timeout(timeout_sec)
+                    method, path, json=body(attempt) if callable(body) else body, params=params,
+                    timeout=httpx.Timeout(timeout_sec),
                 )
             except httpx.TimeoutException as e:
                 raise EngineTimeout(
@@ -152,7 +166,8 @@ class JSONClient:
                 blamed = _blamed_field(payload)
                 where = f" field {blamed!r}" if blamed else ""
                 raise EngineRequestError(
-                    f"{method} {self.base_url}{path} rejected{where} (HTTP {response.status_code}): {str(payload)[:400]}"
+                    f"{method} {self.base_url}{path} rejected{where} (HTTP {response.status_code}): "
+                    f"{_server_message(payload)}"
                 )
             return response.json() if response.content else None
         raise EngineHTTPError(

@@ -20,8 +20,9 @@ The subset of SGLang's native API it implements, with exactly the shapes ``SGLan
     POST /update_weights_from_disk         an HF directory of safetensors, tagged weight_version
     POST /init_weights_update_group        join a trainer's group as rank ``rank_offset`` (in a worker thread: the
                                            call blocks until every member joins; /generate keeps being served)
-    POST /update_weights_from_distributed  receive each tensor, in order, by ``dist.broadcast(src=0)`` into
-                                           ``torch.empty(shape, dtype)``, as SGLang does, then install them
+    POST /update_weights_from_distributed  receive exactly the tensors the call lists, in order, by
+                                           ``dist.broadcast(src=0)`` into ``torch.empty(shape, dtype)``, as SGLang
+                                           does; install them with the call that carries ``weight_version``
     POST /destroy_weights_update_group     leave a group and forget it
     POST /pause_generation, /continue_generation
 
@@ -32,17 +33,30 @@ is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal
 400 ``{"success": false, "message"}`` as SGLang's do; a bad ``/generate`` body answers 400
 ``{"detail": [{"loc": ["body", field...], "msg"}]}``, the field ``http.JSONClient`` names.
 
+Where it behaves as SGLang (the client depends on each; recorded examples: tests/engines/contracts/):
+
+* Stop handling (``schedule_batch.Req._check_token_based_finish``): with ``ignore_eos`` false a request stops at a
+  ``stop_token_ids`` entry or at the model's EOS ids (``eos_token_ids``); with ``ignore_eos`` true it checks
+  neither — stop_token_ids included — and runs to ``max_new_tokens``. The stop token is returned (``no_stop_trim``
+  only trims text, and there is no text).
+* Per-call tensor lists (``model_runner.update_weights_from_distributed``): each call allocates and receives
+  exactly the tensors it names; a bucketed update is several calls.
+* Pause 'abort' (``tokenizer_manager.pause_generation``): every in-flight request ends at once with
+  ``finish_reason`` ``{"type": "abort"}``, and new ones wait until ``/continue_generation``.
+
 Decisions where FireFlash engines differ from SGLang:
 
-* ``ignore_eos`` must be true and ``no_stop_trim`` true (SGLang's defaults are false, so clients must send them,
-  as ``SGLangEngine`` does): FireFlash engines stop only at ``stop_token_ids`` and always return the stop token.
-  Stopping at EOS is therefore the client's choice: put the EOS id in ``stop_token_ids``.
+* ``no_stop_trim`` must be true (SGLang's default is false, so clients must send it, as ``SGLangEngine`` does):
+  FireFlash engines always return the stop token.
+* A partial update (a call without ``weight_version``) is received and kept; the call with ``weight_version``
+  installs everything kept so far as that version. SGLang loads each call's tensors as they arrive: installing
+  them together is stricter (no request sees half an update) and needs no pause around the buckets.
 * ``return_logprob`` false omits the logprob fields; ``output_top_logprobs`` rows are empty when
   ``top_logprobs_num`` is 0. Logprobs are the engine's (log softmax(logits / T), before top-p).
-* Pause modes: 'abort', 'retract' and 'in_place' all map to ``engine.pause()``. A ``LocalEngine`` then stops
-  between steps and its running requests keep their KV cache; after ``/continue_generation`` they finish on the
-  weights they started with (stricter than SGLang's 'in_place'; nothing is aborted or retracted). So a caller
-  must not wait for in-flight requests to return between pause and continue.
+* Pause modes 'retract' and 'in_place' map to ``engine.pause()``. A ``LocalEngine`` then stops between steps and
+  its running requests keep their KV cache; after ``/continue_generation`` they finish on the weights they started
+  with (stricter than SGLang's, where they resume on the new weights and report ``weight_versions`` spans). So a
+  caller must not wait for in-flight requests to return between pause and continue.
 * Weight updates run pause → install → resume (``weight_sync.apply_between_turns``) unless the server was paused
   by ``/pause_generation``; then they install and leave it paused. ``flush_cache`` is accepted and ignored (a
   ``LocalEngine`` clears its prefix cache on every update); ``abort_all_requests: true`` is refused (nothing
@@ -58,6 +72,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -65,7 +80,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +94,9 @@ from starlette.routing import Route
 
 from fireflash.engines.http import start_server
 from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group
-from fireflash.protocols import Engine, GenerateRequest, SamplingParams
+from fireflash.protocols import Engine, GenerateRequest, GenerateResult, SamplingParams
+
+_CLIENT_TRY_SUFFIX = re.compile(r"-[0-9a-f]{8}$")  # SGLangEngine's fresh rid per try: request_id + "-" + 8 hex
 
 # SGLang fields FireFlash engines cannot honour, accepted only at the value that switches them off (None too)
 _NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
@@ -148,7 +165,7 @@ class _DistributedUpdate(_Body):
     dtypes: list[str]
     shapes: list[list[int]]
     group_name: str = "weight_update_group"
-    weight_version: str | int
+    weight_version: str | int | None = None  # SGLang's is optional: absent = a partial update (module docstring)
     flush_cache: bool = True
     abort_all_requests: bool = False
     load_format: None = None
@@ -193,8 +210,9 @@ def _check_neutral(extra: Mapping[str, Any] | None, neutral: Mapping[str, tuple[
                                         "FireFlash's server (module docstring of fireflash.engines.serve)")
 
 
-def _parse_generate(body: Any) -> tuple[_Generate, GenerateRequest]:
-    """Validate a /generate body and map it to the engine's request.
+def _parse_generate(body: Any, eos_token_ids: Sequence[int] = ()) -> tuple[_Generate, GenerateRequest]:
+    """Validate a /generate body and map it to the engine's request; the engine stops where SGLang would
+    (module docstring: stop handling).
 
     Raises:
         BadRequest / ValidationError: the field at fault.
@@ -210,9 +228,6 @@ def _parse_generate(body: Any) -> tuple[_Generate, GenerateRequest]:
     _check_neutral({k: v for k, v in (g.model_extra or {}).items() if k != "text"}, _NEUTRAL_TOP, ())
     sp = g.sampling_params
     _check_neutral(sp.model_extra, _NEUTRAL_SAMPLING, ("sampling_params",))
-    if not sp.ignore_eos:
-        raise BadRequest(("sampling_params", "ignore_eos"), "FireFlash engines stop only at stop_token_ids: send "
-                         "ignore_eos: true (and the EOS id in stop_token_ids to stop there)")
     if not sp.no_stop_trim:
         raise BadRequest(("sampling_params", "no_stop_trim"), "FireFlash engines return the stop token: send "
                          "no_stop_trim: true")
@@ -222,12 +237,23 @@ def _parse_generate(body: Any) -> tuple[_Generate, GenerateRequest]:
         temperature=sp.temperature,
         top_p=sp.top_p,
         max_new_tokens=sp.max_new_tokens,
-        stop_token_ids=sp.stop_token_ids or [],
+        stop_token_ids=_stops(sp, eos_token_ids),
         n_top_logprobs=g.top_logprobs_num,
         seed=sp.sampling_seed,
     )
-    rid = g.rid if g.rid is not None else uuid.uuid4().hex
+    # the engine's id without SGLangEngine's per-try suffix: a LocalEngine seeds an unseeded request from its id, so
+    # a run's samples stay reproducible although every HTTP try carries a fresh rid
+    rid = _CLIENT_TRY_SUFFIX.sub("", g.rid) if g.rid is not None else uuid.uuid4().hex
     return g, GenerateRequest(request_id=rid, prompt_ids=g.input_ids, params=params)
+
+
+def _stops(sp: _Sampling, eos_token_ids: Sequence[int]) -> list[int]:
+    """The ids a request stops at, as SGLang's ``Req._check_token_based_finish`` decides: none with ``ignore_eos``
+    (it returns before looking at stop_token_ids), else ``stop_token_ids`` and the model's EOS ids."""
+    if sp.ignore_eos:
+        return []
+    stops = list(sp.stop_token_ids or [])
+    return stops + [t for t in eos_token_ids if t not in stops]
 
 
 def _version(value: str | int) -> int:
@@ -305,6 +331,11 @@ class _Service:
         self.engine, self.model_path, self.timeout_sec = engine, model_path, weight_sync_timeout_sec
         self.groups = _Groups()
         self.paused = False
+        self.staged: dict[str, dict[str, torch.Tensor]] = {}  # group → tensors received without a weight_version
+        self.in_flight: set[asyncio.Future] = set()  # /generate calls on the engine (aborted by pause 'abort')
+        self.aborted: set[asyncio.Future] = set()  # those a pause 'abort' cancelled
+        self.resumed = asyncio.Event()  # set while not paused: /generate waits on it (tokenizer_manager's is_pause)
+        self.resumed.set()
         self.install_lock = asyncio.Lock()  # one installation at a time (a Lock binds to a loop on first use)
 
     async def install(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
@@ -334,7 +365,9 @@ async def _json(request: Request) -> Any:
         raise BadRequest((), f"the body is not JSON: {e}") from None
 
 
-def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: float = 300.0) -> Starlette:
+def build_app(
+    engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: float = 300.0, eos_token_ids: Sequence[int] = ()
+) -> Starlette:
     """A Starlette app serving ``engine`` through SGLang's native API (module docstring for the subset).
 
     Run it on the event loop the engine's coroutines may use (``EngineServer`` does); concurrent /generate
@@ -345,20 +378,32 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
         model_path: reported by /get_model_info.
         weight_sync_timeout_sec: a group member that does not join, or a broadcast that stalls, fails after this
             many seconds (the request then answers 400).
+        eos_token_ids: the model's EOS ids, where a request without ``ignore_eos`` stops (``model_eos_ids``);
+            () stops only at the request's ``stop_token_ids``.
     """
     service = _Service(engine, model_path, weight_sync_timeout_sec)
+    eos_token_ids = [int(t) for t in eos_token_ids]
 
     async def generate(request: Request) -> JSONResponse:
         start = time.perf_counter()
         try:
-            g, req = _parse_generate(await _json(request))
+            g, req = _parse_generate(await _json(request), eos_token_ids)
         except BadRequest as e:
             return _detail(e.loc, str(e))
         except ValidationError as e:
             err = e.errors()[0]
             return _detail(tuple(err["loc"]), err["msg"], err["type"])
+        await service.resumed.wait()  # a paused server holds new requests until /continue_generation
+        task = asyncio.ensure_future(engine.generate([req]))
+        service.in_flight.add(task)
         try:
-            (res,) = await engine.generate([req])
+            (res,) = await task
+        except asyncio.CancelledError:
+            if task not in service.aborted:  # this handler was cancelled (the client went away)
+                raise
+            # pause 'abort': SGLang ends the request with finish_reason abort (scheduler's abort_all)
+            res = GenerateResult(request_id=req.request_id, token_ids=[], logprobs=[], topk_ids=[], topk_logprobs=[],
+                                 finish_reason="abort", weight_version=engine.weight_version)
         except ValueError as e:  # LocalEngine: empty prompt, id outside the vocabulary, prompt too long
             return _detail(("input_ids",), str(e))
         except Exception as e:  # noqa: BLE001 - the client gets the engine's reason, not a bare 500
@@ -366,14 +411,18 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
 
             status = 503 if isinstance(e, EngineClosed) else 500
             return _JSON({"error": {"message": f"{type(e).__name__}: {e}"}}, status_code=status)
+        finally:
+            service.in_flight.discard(task)
+            service.aborted.discard(task)
         n = len(res.token_ids)
         finish: dict[str, Any] = {"type": res.finish_reason}
         if res.finish_reason == "stop" and n:
             finish["matched"] = res.token_ids[-1]
         elif res.finish_reason == "length":
             finish["length"] = n
-        else:
-            finish["message"] = "aborted by the engine"
+        else:  # schedule_batch.FINISH_ABORT.to_json
+            finish |= {"message": "Abort before prefill" if not n else "aborted by the engine", "status_code": None,
+                       "err_type": None}
         meta: dict[str, Any] = {
             "id": req.request_id,
             "finish_reason": finish,
@@ -445,7 +494,7 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
         if body.abort_all_requests:
             raise BadRequest(("abort_all_requests",), "abort_all_requests is not supported: in-flight requests "
                              "finish on the weights they started with")
-        version = _version(body.weight_version)
+        version = None if body.weight_version is None else _version(body.weight_version)
         group, backend = service.groups.get(body.group_name)
         if not len(body.names) == len(body.dtypes) == len(body.shapes):
             raise BadRequest(("names",), f"names, dtypes and shapes differ in length ({len(body.names)}, "
@@ -458,9 +507,15 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
             specs.append((name, dtype, tuple(shape)))
         async with service.groups.lock(body.group_name):
             state = await _in_thread(_receive, specs, group, "cuda" if backend == "nccl" else "cpu")
-        await service.install(state, version)
+        staged = service.staged.setdefault(body.group_name, {})
+        staged.update(state)
         n_bytes = sum(math.prod(s) * d.itemsize for _, d, s in specs)
-        return f"Received {len(specs)} tensors ({n_bytes / 2**20:.1f} MiB) over {body.group_name!r}; version {version}."
+        received = f"Received {len(specs)} tensors ({n_bytes / 2**20:.1f} MiB) over {body.group_name!r}"
+        if version is None:
+            return f"{received}; kept until a call with weight_version installs them ({len(staged)} kept)."
+        del service.staged[body.group_name]
+        await service.install(staged, version)
+        return f"{received}; installed {len(staged)} tensors as version {version}."
 
     async def destroy_group(body: _GroupName) -> str:
         group, _ = service.groups.get(body.group_name)
@@ -476,13 +531,21 @@ def build_app(engine: Engine, *, model_path: str = "", weight_sync_timeout_sec: 
             return _detail(("mode",), str(e))
         if mode not in ("abort", "retract", "in_place"):
             return _detail(("mode",), f"mode {mode!r}: SGLang accepts 'abort', 'retract' or 'in_place'")
-        await engine.pause()  # every mode: running requests keep their KV and finish after continue
+        service.resumed.clear()
         service.paused = True
+        if mode == "abort":  # tokenizer_manager.pause_generation: abort every request, return once none runs
+            aborted = list(service.in_flight)
+            service.aborted.update(aborted)
+            for task in aborted:
+                task.cancel()
+            await asyncio.gather(*aborted, return_exceptions=True)
+        await engine.pause()  # 'retract' / 'in_place': running requests keep their KV and finish after continue
         return _JSON({"message": "Generation paused successfully."})
 
     async def resume(_: Request) -> JSONResponse:
         await engine.resume()
         service.paused = False
+        service.resumed.set()
         return _JSON({"message": "Generation continued successfully."})
 
     app = Starlette(
@@ -515,7 +578,7 @@ class EngineServer:
         host: interface to listen on ('0.0.0.0' for every interface).
         port: TCP port; 0 picks a free one (``url`` reports it).
         model_path: reported by /get_model_info.
-        weight_sync_timeout_sec: see ``build_app``.
+        weight_sync_timeout_sec / eos_token_ids: see ``build_app``.
         log_level: uvicorn's ('warning' keeps the access log quiet).
     """
 
@@ -527,10 +590,12 @@ class EngineServer:
         model_path: str = "",
         *,
         weight_sync_timeout_sec: float = 300.0,
+        eos_token_ids: Sequence[int] = (),
         log_level: str = "warning",
     ) -> None:
         self.engine, self.host, self.port = engine, host, port
-        self.app = build_app(engine, model_path=model_path, weight_sync_timeout_sec=weight_sync_timeout_sec)
+        self.app = build_app(engine, model_path=model_path, weight_sync_timeout_sec=weight_sync_timeout_sec,
+                             eos_token_ids=eos_token_ids)
         self.log_level = log_level
         self.url = ""
         self._server: Any = None
@@ -598,6 +663,16 @@ class EngineServer:
 # ───────────────────────────── running it as a process ─────────────────────────────
 
 
+def model_eos_ids(model: Any) -> list[int]:
+    """The EOS ids SGLang stops at for ``model`` (a transformers model): its generation config's
+    ``eos_token_id`` (an int or a list), else its config's; [] when neither says."""
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        if value is not None:
+            return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    return []
+
+
 def serve_forever(
     cfg: Any, model: str, host: str, port: int, cache_dir: str | None = None, weight_sync_timeout_sec: float = 300.0
 ) -> None:
@@ -612,7 +687,7 @@ def serve_forever(
 
     engine = make_engine(cfg.model_copy(update={"kind": "local"}), model, cache_dir=cache_dir)
     server = EngineServer(engine, host, port, model_path=model, weight_sync_timeout_sec=weight_sync_timeout_sec,
-                          log_level="info")
+                          eos_token_ids=model_eos_ids(getattr(engine, "model", None)), log_level="info")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

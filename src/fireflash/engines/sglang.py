@@ -3,22 +3,42 @@
 Wire format (SGLang ``io_struct.GenerateReqInput`` and the native API docs):
 
     POST /generate {"input_ids": [...], "rid": ..., "sampling_params": {"temperature", "top_p",
-        "max_new_tokens", "stop_token_ids", "ignore_eos": true, "no_stop_trim": true, ...},
+        "max_new_tokens", "stop_token_ids", "ignore_eos": false, "no_stop_trim": true, ...},
         "return_logprob": true, "top_logprobs_num": K, "logprob_start_len": -1}
     → {"output_ids": [...], "meta_info": {"finish_reason": {"type": "stop"|"length"|"abort", ...},
-        "cached_tokens", "weight_version", "output_token_logprobs": [[logprob, id, text], ...],
+        "cached_tokens", "weight_version", "weight_versions" (newer servers: spans),
+        "output_token_logprobs": [[logprob, id, text], ...],
         "output_top_logprobs": [[[logprob, id, text], ...], ...]}}
 
 Logprobs: SGLang returns log softmax(logits / temperature) — the distribution ``GenerateResult``
 promises — unless the server runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (pre-temperature); the
-launch helper removes that variable. Generation stops only at ``stop_token_ids`` (``ignore_eos``), as in
-the local engine.
+launch helper removes that variable.
+
+Stopping: ``ignore_eos`` is sent false. In SGLang ``ignore_eos`` switches off the whole token-based stop check,
+``stop_token_ids`` included (``schedule_batch.Req._check_token_based_finish`` returns at once), so a true value
+would run every turn to ``max_new_tokens``. With it false a turn stops at a ``stop_token_ids`` entry or at the
+model's EOS ids (generation config / tokenizer), whichever comes first; FireFlash's stop lists hold the EOS id
+anyway. ``sampling_seed`` is sent only when the server runs with ``--enable-deterministic-inference``
+(``engine.args``); elsewhere SGLang ignores or refuses it.
+
+Each HTTP try of a ``/generate`` gets a fresh ``rid`` (``request_id`` + a random suffix): SGLang refuses a rid
+that is still in flight, which a retried request after a lost connection would be. A result whose output ids,
+log-probs and top-k rows differ in length (speculative decoding v2 returns broken log-probs) raises
+``EngineHTTPError``: it costs the attempt one try instead of training on misaligned numbers.
 
 Weight sync: an HF directory goes through ``/update_weights_from_disk``; a state dict goes through NCCL
 (``/init_weights_update_group`` once, then ``/update_weights_from_distributed`` while the trainer
-broadcasts), which needs a ``broadcast`` callable from the trainer side. ``receive_broadcast(specs, version)``
-is the server's half alone: with several servers in one group the trainer broadcasts once
-(``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
+broadcasts), which needs a ``broadcast`` callable from the trainer side. A state dict moves in buckets of at most
+``bucket_bytes`` (``engine.weight_sync_bucket_mb``): one ``/update_weights_from_distributed`` call per bucket,
+listing only that bucket's tensors, ``flush_cache`` on the last call only. SGLang allocates every tensor a call
+lists before loading any (``model_runner.update_weights_from_distributed``), on every tensor-parallel rank, beside
+``mem_fraction_static``: one call with the whole state dict would need a second unsharded copy of the model per
+GPU (slime, verl and AReaL send buckets for the same reason). An update of several buckets is wrapped in
+``/pause_generation`` (``pause_mode``) and ``/continue_generation``, so no turn samples half-updated weights
+(SGLang takes each call under its model-update lock but runs requests between calls), and ``weight_version``
+is sent with the last bucket only, so the version a result reports changes when the last tensor is in.
+``receive_broadcast(specs, version)`` is the server's half alone: with several servers in one group the trainer
+broadcasts once (``weight_sync.tensor_broadcaster``) while each server's client calls it. ``weight_version`` is sent as a
 string and read back from ``meta_info``.
 
 Calls that meet the trainer in a collective (``/init_weights_update_group``, ``/update_weights_from_distributed``)
@@ -30,7 +50,14 @@ naming the server, the call and the version.
 
 Weight version of a result: ``meta_info.weight_version``, an integer string; SGLang's ``"default"`` (no
 versioned update yet) means the weights the server was launched with, ``weight_version`` of the constructor
-(0). Anything else, or none, raises ``WeightVersionMissing``: the client never guesses a version.
+(0). Anything else, or none, raises ``WeightVersionMissing``: the client never guesses a version. Newer servers
+also return ``meta_info.weight_versions``, the spans of output tokens each version sampled (a turn paused with
+'retract' or 'in_place' resumes on new weights); the result then carries the *oldest* version: staleness bounds how
+far behind the trainer the worst token of a turn is, and the turn's first tokens are that far behind.
+
+Errors: SGLang answers a refused ``/generate`` 400 ``{"error": {"message": str(e)}}``
+(``http_server._create_error_response``) and a refused weight or control call 400 ``{"success": false, "message"}``;
+``http.JSONClient`` puts the message itself in the ``EngineRequestError`` (``WeightSyncFailed`` for collectives).
 
 Serve the same API from a CPU engine (tests, CPU nodes): ``fireflash.engines.serve``.
 """
@@ -41,6 +68,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +85,7 @@ from fireflash.engines.http import (
     flags_from_args,
     start_server,
 )
+from fireflash.engines.weight_sync import plan_buckets
 from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
 from fireflash.protocols import GenerateRequest, GenerateResult
 
@@ -75,9 +104,13 @@ class SGLangEngine:
             ``resume()``, possibly on new weights: their result reports the version at completion).
         broadcast: trainer-side NCCL sender for state-dict updates (``init_weight_sync`` first).
         group_name: the weight-update group's name on the server.
-        flush_cache: ask the server to flush its KV/prefix cache after a weight update. SGLang asserts that the
-            flush succeeds, and it fails while requests remain in the server (e.g. paused 'in_place'): turn it
-            off to update with attempts in flight; cached prefixes then keep KV computed by the old weights.
+        flush_cache: ask the server to flush its KV/prefix cache after a weight update (on the last bucket). SGLang
+            asserts that the flush succeeds, and it fails while requests remain in the server, so 'in_place' with
+            flush_cache is refused here; with it off, cached prefixes keep KV computed by the old weights.
+        bucket_bytes: the most bytes of tensors one ``/update_weights_from_distributed`` call lists (a larger
+            tensor goes alone); ``engine.weight_sync_bucket_mb``.
+        send_sampling_seed: send ``sampling_seed`` (only to a server launched with
+            ``--enable-deterministic-inference``; ``make_engine`` sets it from ``engine.args``).
         weight_version: the version of the weights the server was launched with (what its ``"default"`` means).
         weight_sync_timeout_sec: the weight-update group's timeout (``engine.weight_sync_timeout_sec``); weight
             updates wait ``update_timeout_sec`` = max(timeout_sec, this + 60 s) for the server's answer.
@@ -97,18 +130,31 @@ class SGLangEngine:
         flush_cache: bool = True,
         weight_version: int = 0,
         weight_sync_timeout_sec: float = 300.0,
+        bucket_bytes: int = 1 << 30,
+        send_sampling_seed: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if pause_mode not in ("abort", "retract", "in_place"):
             raise ValueError(
                 f"engine.pause_mode {pause_mode!r}: SGLang accepts 'abort', 'retract' or 'in_place'"
             )
+        if pause_mode == "in_place" and flush_cache:
+            # io_struct.PauseGenerationReqInput: "In 'inplace' mode, flush_cache will fail if there are any requests
+            # in the running_batch" — and the scheduler asserts that it succeeds
+            raise ValueError(
+                "engine.pause_mode = 'in_place' keeps paused requests in SGLang's running batch, where a weight "
+                "update's flush_cache fails and stops the scheduler; use engine.pause_mode = 'retract' (or 'abort')"
+            )
+        if bucket_bytes < 1:
+            raise ValueError(f"engine.weight_sync_bucket_mb gives bucket_bytes = {bucket_bytes}; it must be >= 1")
         self.http = JSONClient(url, timeout_sec, max_retries, backoff_sec, transport)
         self.pause_mode = pause_mode
         self.broadcast = broadcast
         self.group_name = group_name
         self.flush_cache = flush_cache
         self.weight_sync_timeout_sec = weight_sync_timeout_sec
+        self.bucket_bytes = bucket_bytes
+        self.send_sampling_seed = send_sampling_seed
         self._version = self._launch_version = weight_version
 
     @property
@@ -137,11 +183,11 @@ class SGLangEngine:
             "top_p": p.top_p,
             "max_new_tokens": p.max_new_tokens,
             "stop_token_ids": p.stop_token_ids,
-            "ignore_eos": True,
+            "ignore_eos": False,  # true would also skip stop_token_ids (schedule_batch._check_token_based_finish)
             "no_stop_trim": True,
             "skip_special_tokens": False,
         }
-        if p.seed is not None:
+        if p.seed is not None and self.send_sampling_seed:
             sampling["sampling_seed"] = p.seed
         return {
             "input_ids": req.prompt_ids,
@@ -153,7 +199,13 @@ class SGLangEngine:
         }
 
     async def _one(self, req: GenerateRequest) -> GenerateResult:
-        body = await self.http.post("/generate", self._payload(req))
+        payload = self._payload(req)
+
+        def fresh_rid(_try: int) -> dict[str, Any]:
+            # SGLang refuses a rid still in flight ("Duplicate request ID"): a retry after a lost connection may be
+            return payload | {"rid": f"{req.request_id}-{uuid.uuid4().hex[:8]}"}
+
+        body = await self.http.request("POST", "/generate", fresh_rid)
         try:
             meta = body["meta_info"]
             token_lps = meta["output_token_logprobs"]
@@ -162,8 +214,16 @@ class SGLangEngine:
             raise EngineHTTPError(
                 f"SGLang /generate answer for {req.request_id!r} lacks meta_info.{e}: {str(body)[:300]}"
             ) from None
-        ids = body.get("output_ids") or [int(t[1]) for t in token_lps]
+        ids = body.get("output_ids")
+        ids = [int(t[1]) for t in token_lps] if ids is None else ids
         k = req.params.n_top_logprobs
+        if not len(ids) == len(token_lps) == len(top):
+            raise EngineHTTPError(
+                f"SGLang {self.http.base_url}: the /generate answer for {req.request_id!r} has {len(ids)} output_ids, "
+                f"{len(token_lps)} output_token_logprobs and {len(top)} output_top_logprobs rows; they must be equal "
+                "(speculative decoding v2 returns broken log-probs: run the server without it, or with speculative "
+                "decoding v1)"
+            )
         finish = meta.get("finish_reason") or {}
         finish_type = finish.get("type") if isinstance(finish, dict) else str(finish)
         return GenerateResult(
@@ -173,10 +233,23 @@ class SGLangEngine:
             topk_ids=[[int(c[1]) for c in row[:k]] for row in top],
             topk_logprobs=[[float(c[0]) for c in row[:k]] for row in top],
             finish_reason=_FINISH.get(finish_type, "abort"),
-            weight_version=self._reported_version(meta.get("weight_version"), req.request_id),
+            weight_version=self._oldest_version(meta, req.request_id),
             n_cached_prompt_tokens=int(meta.get("cached_tokens", 0) or 0),
             timings_sec={"e2e": float(meta.get("e2e_latency", 0.0) or 0.0)},
         )
+
+    def _oldest_version(self, meta: Mapping[str, Any], request_id: str) -> int:
+        """The oldest version that sampled a result: the spans of ``meta_info.weight_versions`` when present (a list
+        of ``{"version", "start", "end"}`` or of versions), else ``meta_info.weight_version``.
+
+        Raises:
+            WeightVersionMissing: a version that is absent, not an integer, or negative.
+        """
+        spans = meta.get("weight_versions")
+        if isinstance(spans, list) and spans:
+            values = [span.get("version") if isinstance(span, dict) else span for span in spans]
+            return min(self._reported_version(v, request_id) for v in values)
+        return self._reported_version(meta.get("weight_version"), request_id)
 
     def _reported_version(self, value: Any, request_id: str) -> int:
         """``meta_info.weight_version`` as an int (see the module docstring).
@@ -208,7 +281,9 @@ class SGLangEngine:
         """Ask the server to join the trainer's weight-update group (``/init_weights_update_group``).
 
         The trainer is rank 0 and joins the same group itself (concurrently; the call blocks until both do).
-        Sent once (never retried).
+        Sent once (never retried). SGLang's request has no timeout field
+        (``io_struct.InitWeightsUpdateGroupReqInput``): the server side's NCCL timeout is whatever its launch
+        environment gives it; ``weight_sync_timeout_sec`` bounds only this call and the trainer's side.
 
         Raises:
             WeightSyncFailed: the server refused, failed or did not answer within ``update_timeout_sec``.
@@ -280,7 +355,9 @@ class SGLangEngine:
         rank 0 (``/update_weights_from_distributed``) and installs them as ``version``; returns once it has.
 
         Someone else broadcasts meanwhile (the trainer's ``weight_sync.tensor_broadcaster(group)``, once for every
-        server of the group); ``init_weight_sync`` first. Sets ``weight_version``.
+        server of the group); ``init_weight_sync`` first. Sets ``weight_version``. One call per bucket of
+        ``bucket_bytes``; several buckets are sent between ``/pause_generation`` (``pause_mode``) and
+        ``/continue_generation`` (module docstring).
 
         Sent once (never retried).
 
@@ -288,21 +365,34 @@ class SGLangEngine:
             WeightSyncFailed: the server refused (unknown group, bad specs, weights that do not fit), failed, or did
                 not answer within ``update_timeout_sec``.
         """
-        names, dtypes, shapes = [], [], []
-        for name, dtype, shape in specs:
-            names.append(name)
-            dtypes.append(dtype)
-            shapes.append(list(shape))
-        body = {
-            "names": names,
-            "dtypes": dtypes,
-            "shapes": shapes,
-            "group_name": self.group_name,
-            "weight_version": str(version),
-            "flush_cache": self.flush_cache,
-        }
-        await self._collective("/update_weights_from_distributed", version, body)
+        buckets = plan_buckets(list(specs), self.bucket_bytes) or [[]]  # no tensors: still one call, the version
+        paused = len(buckets) > 1  # one call is atomic under SGLang's model-update lock; several are not
+        if paused:
+            await self._control("/pause_generation", {"mode": self.pause_mode}, version)
+        try:
+            for i, bucket in enumerate(buckets):
+                last = i == len(buckets) - 1
+                body: dict[str, Any] = {
+                    "names": [s.name for s in bucket],
+                    "dtypes": [s.dtype for s in bucket],
+                    "shapes": [list(s.shape) for s in bucket],
+                    "group_name": self.group_name,
+                    "flush_cache": self.flush_cache and last,
+                }
+                if last:  # the version a result reports changes once every tensor is in
+                    body["weight_version"] = str(version)
+                await self._collective("/update_weights_from_distributed", version, body)
+        finally:
+            if paused:
+                await self._control("/continue_generation", {}, version)
         self._version = version
+
+    async def _control(self, path: str, body: dict[str, Any], version: int) -> None:
+        """Pause or continue around a bucketed update; a failure names the server, the call and the version."""
+        try:
+            await self.http.post(path, body)
+        except (EngineHTTPError, EngineRequestError, TimeoutError) as e:
+            raise WeightSyncFailed(self.http.base_url, path, version, e) from e
 
     async def pause(self) -> None:
         """``/pause_generation`` with ``pause_mode``."""
@@ -330,6 +420,56 @@ class SGLangEngine:
             await self._checked(path, body, timeout_sec=self.update_timeout_sec, max_retries=0)
         except (EngineHTTPError, EngineRequestError, TimeoutError) as e:
             raise WeightSyncFailed(self.http.base_url, path, version, e) from e
+
+
+def _flag(args: Mapping[str, Any], name: str) -> Any:
+    """``engine.args[name]`` whichever way it is spelled (``tp_size``, ``tp-size``, ``--tp-size``)."""
+    for key, value in args.items():
+        if key.lstrip("-").replace("-", "_") == name:
+            return value
+    return None
+
+
+def deterministic_inference(args: Mapping[str, Any]) -> bool:
+    """Whether SGLang runs with ``--enable-deterministic-inference`` (``engine.args``): only then is a request's
+    ``sampling_seed`` honoured, so only then does the client send it."""
+    return bool(_flag(args, "enable_deterministic_inference"))
+
+
+def check_sglang_training(args: Mapping[str, Any], weight_sync: str) -> list[str]:
+    """Refuse SGLang flags that training's weight updates would silently break; return warnings for those that
+    only degrade (issue #31).
+
+    * ``quantization`` (e.g. 'fp8'): the trainer sends bf16 / fp32 tensors and SGLang's update routes load them
+      as given, with no re-quantization into the FP8 weights and scales the server holds; FireFlash does not
+      quantize on the trainer side (it cannot be tested without a GPU). Refused.
+    * ``speculative_algorithm`` NEXTN / EAGLE / EAGLE3 (an MTP or draft model): weight updates reach the target
+      model only, so the draft keeps the launch weights and its acceptance rate decays as training moves the
+      target. Samples stay exact (the target verifies every draft token): warned.
+
+    Args:
+        args: ``engine.args``, SGLang's own flags.
+        weight_sync: ``engine.weight_sync`` ('collective' or 'disk').
+
+    Raises:
+        ValueError: a combination training cannot run, naming the field and the fix.
+    """
+    quantization = _flag(args, "quantization")
+    if quantization:
+        raise ValueError(
+            f"engine.args.quantization = {quantization!r} with engine.weight_sync = {weight_sync!r}: the trainer sends "
+            "unquantized weights after every step and SGLang installs them without re-quantizing, so the served model "
+            "would not be the trained one; remove engine.args.quantization for training (eval may keep it)"
+        )
+    warnings = []
+    speculative = _flag(args, "speculative_algorithm")
+    if speculative:
+        warnings.append(
+            f"engine.args.speculative_algorithm = {speculative!r}: weight updates do not reach SGLang's draft (MTP / "
+            "NEXTN / EAGLE) model, so its acceptance rate falls as training moves the target model; samples stay "
+            "exact, only slower. Watch the server's accept length, or drop the flag for long runs"
+        )
+    return warnings
 
 
 def sglang_command(

@@ -1,31 +1,27 @@
 """Weight sync from the trainer to rollout engines in other processes (RECIPE.md §1: new weights after every step).
 
-    trainer rank 0 = group rank 0                         engine process = group rank r (1 .. world_size-1)
-      GroupWeightSender.send(state, version)                GroupWeightReceiver.serve(engine)
-        header: version + tensor specs per bucket ───────►    receive every bucket (engine keeps sampling)
-        bucket 0 .. B-1: one flat tensor each   ───────►      engine.pause() → update_weights → resume()
-      GroupWeightSender.close(): header version -1 ─────►     serve() returns
+    trainer rank 0 = group rank 0                         engine server = group rank r (1 .. world_size-1)
+      init_weight_update_group(..., rank=0)    ◄──────►   /init_weights_update_group (SGLangEngine.init_weight_sync)
+      tensor_broadcaster(group)(named)                    /update_weights_from_distributed, one call per bucket
+        each tensor, in order, from rank 0      ───────►    (plan_buckets): receive exactly the listed tensors
 
 The group is *dedicated*: a second process group beside the trainer's own (FSDP) group, created by a
 TCP rendezvous on ``master_address:master_port`` with the trainer as rank 0 and store host. Its
 rendezvous is the one SGLang's ``/init_weights_update_group`` performs on the server side (a TCP store,
 keys prefixed by the group name), so the same function makes the trainer's end of an SGLang weight-update
 group: ``SGLangEngine(url, broadcast=tensor_broadcaster(group, device))`` then sends each tensor in order,
-as SGLang's ``update_weights_from_distributed`` receives them. Backend: NCCL between GPUs, gloo on CPU (and
-when trainer and engine share one GPU: NCCL refuses two ranks on one device; gloo moves CUDA tensors
-through host memory).
+as SGLang's ``update_weights_from_distributed`` receives them, in calls of at most ``bucket_bytes``
+(``plan_buckets``). FireFlash's own server (``engines/serve.py``) speaks the same API, so one path serves both.
+Backend: NCCL between GPUs, gloo on CPU (and when trainer and engine share one GPU: NCCL refuses two ranks on one
+device; gloo moves CUDA tensors through host memory).
 
-FireFlash's own receivers (a ``LocalEngine`` or any ``Engine`` in another process, e.g. a Ray rollout worker)
-get bucketed transfers: tensors of one dtype are concatenated into flat buckets of about ``bucket_bytes``
-(the layout of SGLang's ``FlattenedTensorBucket``), so a 300-tensor model moves in a handful of collectives.
-Each update is tagged with its weight version, and the engine installs it between decode steps: pause,
-install, resume, so attempts in flight continue (``LocalEngine`` finishes rows already running on the old
-weights, so every result still carries one version).
+In-process engines take new weights between decode steps (``apply_between_turns``: pause, install, resume), so
+attempts in flight continue (``LocalEngine`` finishes rows already running on the old weights, so every result
+still carries one version). Engines that cannot join a group (a server without the endpoint, another cluster)
+use ``DiskWeightSync``: save an HF directory, then ``engine.update_weights(path, version)`` (SGLang
+``/update_weights_from_disk``).
 
-Engines that cannot join a group (a server without the endpoint, another cluster) use ``DiskWeightSync``:
-save an HF directory, then ``engine.update_weights(path, version)`` (SGLang ``/update_weights_from_disk``).
-
-Run: see tests/engines/test_weight_sync.py (a trainer process and an engine process over gloo).
+Run: see tests/engines/test_weight_sync.py (a trainer process and a server process over gloo).
 """
 
 from __future__ import annotations
@@ -35,18 +31,16 @@ import datetime
 import inspect
 import math
 import shutil
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-# TensorSpec and specs_of live in weights; TensorSpec stays importable from here
-from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
+# TensorSpec lives in weights; it stays importable from here
+from fireflash.engines.weights import Broadcast, TensorSpec
 from fireflash.protocols import Engine
-
-STOP_VERSION = -1  # header version that ends a receiver's serve loop
 
 
 def init_weight_update_group(
@@ -98,19 +92,24 @@ def init_weight_update_group(
     return group
 
 
-def plan_buckets(named: Sequence[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[list[TensorSpec]]:
-    """Split tensors, in order, into buckets of one dtype and at most ``bucket_bytes`` (a larger tensor goes alone).
+def plan_buckets(specs: Sequence[TensorSpec], bucket_bytes: int) -> list[list[TensorSpec]]:
+    """Split tensor specs, in order, into buckets of at most ``bucket_bytes`` bytes (a larger tensor goes alone):
+    one ``/update_weights_from_distributed`` call each, so a server allocates at most one bucket beside its model.
 
     Raises:
-        ValueError: bucket_bytes < 1.
+        ValueError: bucket_bytes < 1, or a dtype torch does not know.
     """
     if bucket_bytes < 1:
-        raise ValueError(f"weight sync bucket_bytes={bucket_bytes} must be >= 1")
+        raise ValueError(f"weight sync bucket_bytes={bucket_bytes} must be >= 1 (engine.weight_sync_bucket_mb)")
     buckets: list[list[TensorSpec]] = []
     size = 0
-    for spec, (_, t) in zip(specs_of(named), named, strict=True):
-        nbytes = t.numel() * t.element_size()
-        if buckets and buckets[-1][0].dtype == spec.dtype and size + nbytes <= bucket_bytes:
+    for spec in specs:
+        dtype = getattr(torch, spec.dtype, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(  # noqa: TRY004 - a wrong value (a name), not a wrong type
+                f"weight sync: tensor {spec.name!r} has dtype {spec.dtype!r}, not a torch dtype")
+        nbytes = math.prod(spec.shape) * dtype.itemsize
+        if buckets and size + nbytes <= bucket_bytes:
             buckets[-1].append(spec)
             size += nbytes
         else:
@@ -137,97 +136,6 @@ def tensor_broadcaster(group: dist.ProcessGroup, device: torch.device | str = "c
             work.wait()
 
     return broadcast
-
-
-class GroupWeightSender:
-    """Trainer rank 0's end of a weight-update group with FireFlash receivers (``GroupWeightReceiver``).
-
-    Args:
-        group: from ``init_weight_update_group(..., rank=0, ...)``.
-        bucket_bytes: target size of one flat transfer, bytes.
-        device: where buckets are assembled ('cuda' for NCCL, 'cpu' for gloo).
-        dtype: cast floating-point tensors to this dtype before sending (e.g. bf16 for a bf16 engine); None keeps them.
-    """
-
-    def __init__(
-        self,
-        group: dist.ProcessGroup,
-        bucket_bytes: int = 256 << 20,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        self.group, self.bucket_bytes, self.device, self.dtype = group, bucket_bytes, torch.device(device), dtype
-
-    def send(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
-        """Broadcast ``weights`` tagged ``version`` (>= 0); blocks until every receiver has them.
-
-        Raises:
-            ValueError: a negative version (reserved for ``close``) or no weights.
-        """
-        if version < 0 or not weights:
-            raise ValueError(f"weight sync: send needs a version >= 0 and weights (got version {version}, {len(weights)} tensors)")
-        named = [(n, self._cast(t)) for n, t in weights.items()]
-        buckets = plan_buckets(named, self.bucket_bytes)
-        header: list[Any] = [{"version": version, "buckets": buckets}]
-        dist.broadcast_object_list(header, src=0, group=self.group, device=self.device)
-        tensors = dict(named)
-        for bucket in buckets:
-            flat = torch.cat([tensors[s.name].detach().reshape(-1) for s in bucket]).to(self.device)
-            dist.broadcast(flat, src=0, group=self.group)
-
-    async def update_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
-        """``send`` off the event loop (the shape of ``Engine.update_weights`` for runtime code)."""
-        await asyncio.to_thread(self.send, weights, version)
-
-    def close(self) -> None:
-        """Tell every receiver to stop serving (their ``serve`` returns)."""
-        dist.broadcast_object_list([{"version": STOP_VERSION, "buckets": []}], src=0, group=self.group, device=self.device)
-
-    def _cast(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.dtype) if self.dtype is not None and t.is_floating_point() else t
-
-
-class GroupWeightReceiver:
-    """An engine process's end of a weight-update group (rank >= 1).
-
-    Args:
-        group: from ``init_weight_update_group(..., rank=r, ...)``.
-        device: where buckets land ('cuda' for NCCL); the engine copies them into its model.
-    """
-
-    def __init__(self, group: dist.ProcessGroup, device: torch.device | str = "cpu") -> None:
-        self.group, self.device = group, torch.device(device)
-
-    def receive(self) -> tuple[int, dict[str, torch.Tensor]] | None:
-        """Block for the next update: (version, state dict), or None when the sender closed."""
-        header: list[Any] = [None]
-        dist.broadcast_object_list(header, src=0, group=self.group, device=self.device)
-        if header[0]["version"] == STOP_VERSION:
-            return None
-        state: dict[str, torch.Tensor] = {}
-        for bucket in header[0]["buckets"]:
-            dtype = getattr(torch, bucket[0].dtype)
-            sizes = [math.prod(s.shape) for s in bucket]
-            flat = torch.empty(sum(sizes), dtype=dtype, device=self.device)
-            dist.broadcast(flat, src=0, group=self.group)
-            for spec, part in zip(bucket, flat.split(sizes), strict=True):
-                state[spec.name] = part.view(spec.shape)
-        return header[0]["version"], state
-
-    async def serve(self, engine: Engine, on_update: Callable[[int], Awaitable[None]] | None = None) -> int:
-        """Install every update into ``engine`` between turns until the sender closes; returns how many.
-
-        Receiving runs in a worker thread, so the engine keeps sampling meanwhile; each update is applied by
-        ``apply_between_turns``. ``on_update(version)`` runs after each installation, before the next receive.
-        """
-        n = 0
-        while (update := await asyncio.to_thread(self.receive)) is not None:
-            version, state = update
-            await apply_between_turns(engine, state, version)
-            n += 1
-            if on_update is not None:
-                await on_update(version)
-        return n
 
 
 async def apply_between_turns(engine: Engine, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:

@@ -12,10 +12,13 @@
                                                                           server loads it (/update_weights_from_disk)
 
 RECIPE.md §1: the trainer pushes new weights to the inference engines after every step (reference: NCCL) and
-in-flight attempts continue; each result carries the version the server reports. No pause is sent: SGLang takes
-an update once the requests it is sampling have finished (its model-update lock) and holds new ones until it is
-done, so every turn is sampled by one version, and the trainer's broadcast waits meanwhile — so
-``engine.weight_sync_timeout_sec`` must exceed the longest turn. FireFlash's own server installs between decode
+in-flight attempts continue; each result carries the version the server reports. A state dict that fits one
+bucket (``engine.weight_sync_bucket_mb``) goes in one call and no pause is sent: SGLang takes an update once the
+requests it is sampling have finished (its model-update lock) and holds new ones until it is done, so every turn is
+sampled by one version, and the trainer's broadcast waits meanwhile — so ``engine.weight_sync_timeout_sec`` must
+exceed the longest turn. A larger one goes in one call per bucket between ``/pause_generation`` (``engine.pause_mode``:
+'abort' turns return and are retried, 'retract' turns resume on the new weights and report the oldest version) and
+``/continue_generation`` (``SGLangEngine.receive_broadcast``). FireFlash's own server installs between decode
 steps, with the same one-version-per-turn result. The group's members are the servers that are up (each is
 pinged before the group is formed and before every update): a server that dies is dropped (the group is formed
 anew without it) and joins a new group when Ray has restarted it.

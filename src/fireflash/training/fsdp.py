@@ -25,7 +25,7 @@ Launch, three ways (each rank calls the same code on the same groups):
                                  master_addr=addr, master_port=port)
     metrics = trainer.train_step(groups)        # every rank, same groups
     weights = trainer.state_dict()              # every rank (collective); full on rank 0, {} elsewhere
-    if rank == 0: sender.send(weights, trainer.weight_version)   # engines.weight_sync.GroupWeightSender
+    if rank == 0: broadcast(list(weights.items()))   # engines.weight_sync.tensor_broadcaster; servers receive
 
 Simplifications (named): every rank receives the whole step's groups and packs them itself (groups are small
 next to activations); a rank with one micro-batch fewer than another runs a zero-weighted pass so all ranks
