@@ -85,3 +85,39 @@ def test_every_bundled_task_states_what_it_checks():
                 )
                 == []
             ), task.id
+
+
+SWE_TESTS = '''\
+import pytest
+from inflection import singularize, pluralize
+
+
+@pytest.mark.parametrize("word,expected", [("sponsors", "sponsor")])
+def test_singular(word, expected):
+    assert singularize(word) == expected
+
+
+class TestPlural:
+    def test_plural(self):
+        assert pluralize("octopus") == "octopi"
+
+
+def test_untouched():
+    assert pluralize("person") == "people"
+'''
+
+
+def test_swe_tasks_owe_only_what_their_fail_to_pass_tests_check(tmp_path):
+    # issue 30: a generated SWE task ships a package's test file; its PASS_TO_PASS tests already pass on the code
+    # the agent is given, and their literals ('people') failed gate 2 for most generated tasks
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_inflection.py").write_text(SWE_TESTS)
+    instruction = "singularize('sponsors') returns 'sponsors' instead of 'sponsor'; fix it in inflection."
+    everything = {r.value for r in check_stated(tmp_path / "tests", instruction, "/app").missing}
+    assert {"people", "octopi"} <= everything
+    f2p = ["tests/test_inflection.py::test_singular[sponsors-sponsor]"]
+    assert check_stated(tmp_path / "tests", instruction, "/app", only_tests=f2p).missing == []
+    # a method of a class, named by its class; its decorators' and body's literals count, nothing else does
+    f2p = ["test_inflection.py::TestPlural::test_plural"]
+    missing = {r.value for r in check_stated(tmp_path / "tests", instruction, "/app", only_tests=f2p).missing}
+    assert missing == {"octopi"}

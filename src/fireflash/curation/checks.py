@@ -20,7 +20,7 @@ from typing import Any
 from fireflash.curation.context import GateContext, closing, fmt, not_run_reason
 from fireflash.curation.fuzz import MUTATIONS, apply_mutation
 from fireflash.curation.replay import SHELL_OPTIONS
-from fireflash.curation.requirements import check_stated
+from fireflash.curation.requirements import task_stated
 from fireflash.grading.graders import GRADERS, NOT_RUN, score_swe, score_tests, task_checks
 from fireflash.grading.reports import ReportError, match_declared, parse_junit
 from fireflash.grading.verifier import grading_fork, run_verifier
@@ -63,8 +63,7 @@ async def _verifier_ran(s: GateContext) -> str | None:
 
 
 async def _gate_stated(s: GateContext) -> tuple[bool, str]:
-    given = [s.task.path / "environment"] if s.task.path is not None else []
-    stated = check_stated(s.task.grader.tests_dir, s.task.instruction, s.task.environment.workdir, given)
+    stated = task_stated(s.task)
     notes = ""
     if stated.notes:  # inputs, computed values, values to find: not owed to the agent, shown for review
         shown = "; ".join(f"{r.kind} {r.value!r} ({r.where}): {why}" for r, why in stated.notes[:8])

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from fireflash.protocols import Task
+
 PATH_LIKE = re.compile(r"^(/?[\w.\-]+(/[\w.\-]+)+/?|[\w\-]+\.[A-Za-z][A-Za-z0-9]{0,4})$")
 SHELL_PATH = re.compile(r"(?<![\w$/.\-])(/[\w.\-]+(?:/[\w.\-]+)+)")
 INTERNAL_ROOTS = ("/tests", "/logs", "/usr", "/bin", "/sbin", "/dev", "/proc", "/sys", "/solution")
@@ -356,8 +358,56 @@ def _why_not_required(req: Requirement, instruction: str, names: set[str], words
     return None
 
 
+def test_spans(tests_dir: Path, node_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+    """Lines, by file label (``tests/test_x.py``), of the test functions ``node_ids`` name, decorators included.
+
+    A node id is pytest's (``tests/test_x.py::TestY::test_z[param]``, its file relative to wherever the tests
+    ran); it names a file under ``tests_dir`` whose path relative to ``tests_dir`` ends the id's file path or
+    is ended by it. An id that names no function found is left out (gate 2 then has nothing of it to check;
+    gate 1 finds a test that does not exist).
+    """
+    wanted: dict[str, set[tuple[str, ...]]] = {}
+    for node_id in node_ids:
+        file, *names = node_id.split("::")
+        if names:
+            wanted.setdefault(file, set()).add(tuple(n.split("[", 1)[0] for n in names))
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for path in sorted(tests_dir.rglob("*.py")):
+        rel = path.relative_to(tests_dir).as_posix()
+        chains = set().union(*(c for f, c in wanted.items() if rel.endswith(f) or f.endswith(rel)))
+        if not chains:
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        label = path.relative_to(tests_dir.parent).as_posix()
+        for chain, node in _defs(tree, ()):
+            if chain in chains or chain[-1:] in chains:
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                spans.setdefault(label, []).append((start, node.end_lineno or node.lineno))
+    return spans
+
+
+def _defs(tree: ast.AST, outer: tuple[str, ...]) -> Iterable[tuple[tuple[str, ...], ast.AST]]:
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield (*outer, node.name), node
+        elif isinstance(node, ast.ClassDef):
+            yield from _defs(node, (*outer, node.name))
+
+
+def _within(req: Requirement, spans: dict[str, list[tuple[int, int]]]) -> bool:
+    label, _, line = req.where.rpartition(":")
+    return line.isdigit() and any(a <= int(line) <= b for a, b in spans.get(label, []))
+
+
 def check_stated(
-    tests_dir: Path | None, instruction: str, workdir: str, given_dirs: Sequence[Path] = ()
+    tests_dir: Path | None,
+    instruction: str,
+    workdir: str,
+    given_dirs: Sequence[Path] = (),
+    only_tests: Sequence[str] | None = None,
 ) -> Stated:
     """Sort what the tests under ``tests_dir`` check and ``instruction`` does not state into missing
     requirements (gate 2 fails on them) and notes (module docstring).
@@ -365,13 +415,19 @@ def check_stated(
     Args:
         given_dirs: directories whose files the agent is given (the task's ``environment/``): their names and
             words are inputs, not requirements.
+        only_tests: node ids of the tests whose requirements count (an SWE task's FAIL_TO_PASS): the other
+            tests already pass on the code the agent is given (PASS_TO_PASS), so what they check needs no
+            stating (issue 30: the literals of a package's passing tests failed most generated tasks).
     """
     stated = Stated()
     if tests_dir is None or not tests_dir.is_dir():
         return stated
     names, words = _given(tests_dir, given_dirs)
+    spans = test_spans(tests_dir, only_tests) if only_tests is not None else None
     seen: set[tuple[str, str]] = set()
     for req in referenced_requirements(tests_dir):
+        if spans is not None and not _within(req, spans):
+            continue
         if (req.kind, req.value) not in seen and not is_stated(req, instruction, workdir):
             why = _why_not_required(req, instruction, names, words)
             if why is None:
@@ -380,6 +436,15 @@ def check_stated(
                 stated.notes.append((req, why))
         seen.add((req.kind, req.value))
     return stated
+
+
+def task_stated(task: Task) -> Stated:
+    """``check_stated`` for ``task`` as gate 2 runs it: its ``environment/`` is given, and an SWE task owes only
+    what its FAIL_TO_PASS tests check (its PASS_TO_PASS tests pass on the code as given)."""
+    given = [task.path / "environment"] if task.path is not None else []
+    swe = task.grader.kind == "swe" and bool(task.grader.fail_to_pass)
+    only = task.grader.fail_to_pass if swe else None
+    return check_stated(task.grader.tests_dir, task.instruction, task.environment.workdir, given, only)
 
 
 def unstated_requirements(

@@ -184,7 +184,7 @@ async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
         validate_task,  # the gates import the whole grading stack: only when used
     )
     from fireflash.tasks.loader import TaskLoadError, load_harbor, load_task
-    from fireflash.curation.requirements import check_stated
+    from fireflash.curation.requirements import task_stated
 
     try:
         task = load_harbor(task_dir, images=True)  # read only: no image built for the gate-2 check
@@ -192,7 +192,7 @@ async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
         return [0]
     # gate 2 costs milliseconds on the host, the other eight a minute or more: a task failing it is dropped
     # before its image is built (its full report would say the same)
-    stated = check_stated(task.grader.tests_dir, task.instruction, task.environment.workdir, [task_dir / "environment"])
+    stated = task_stated(task)
     if stated.missing:
         missing = "; ".join(f"{r.kind} {r.value!r} ({r.where})" for r in stated.missing[:8])
         (task_dir.parent / f"{task_dir.name}.gates.json").write_text(f'{{"failed_gates": [2], "missing": {json.dumps(missing)}}}\n')
