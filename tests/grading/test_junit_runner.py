@@ -10,6 +10,7 @@ import pytest
 
 from fireflash.grading import junit_runner
 from fireflash.grading.reports import parse_junit
+from fireflash.grading.verifier import list_test_files
 from fireflash.tasks.loader import DATA_DIR
 
 pytestmark = pytest.mark.unit
@@ -210,16 +211,17 @@ def test_the_tested_code_cannot_rewrite_test_data(tmp_path):
     assert expected.read_text() == "the right answer"
 
 
-def test_bundled_copies_match_the_canonical_runner():
-    canonical = Path(junit_runner.__file__).read_bytes()
-    copies = sorted(DATA_DIR.glob("*/*/tests/junit_runner.py"))
-    assert len(copies) >= 40
-    assert [c for c in copies if c.read_bytes() != canonical] == []
-
-
-def test_gate_fixtures_ship_the_canonical_runner():
-    canonical = Path(junit_runner.__file__).read_bytes()
+def test_tasks_ship_no_copy_of_the_runner_and_the_verifier_supplies_it(tmp_path):
+    # one runner, the grader's: 66 byte-identical copies in task directories were kept in sync by a test, and a
+    # task's own copy decided its scores; now the verifier writes it and replaces any copy a task ships
     fixtures = Path(__file__).parents[1] / "tasks" / "fixtures" / "gates"
-    copies = sorted(fixtures.glob("*/tests/junit_runner.py"))
-    assert len(copies) >= 10
-    assert [c for c in copies if c.read_bytes() != canonical] == []
+    assert sorted(DATA_DIR.glob("*/*/tests/junit_runner.py")) + sorted(fixtures.glob("*/tests/junit_runner.py")) == []
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("python3 /tests/junit_runner.py --junitxml /logs/verifier/junit.xml /tests/t.py\n")
+    (tests / "junit_runner.py").write_text("print('a task-shipped runner that passes everything')\n")
+    files = {rel: data for rel, data, _ in list_test_files(tests)}
+    assert files["junit_runner.py"] == Path(junit_runner.__file__).read_bytes()
+    (tests / "test.sh").write_text("pytest /tests/test_outputs.py\n")
+    (tests / "junit_runner.py").unlink()
+    assert "junit_runner.py" not in {rel for rel, _, _ in list_test_files(tests)}  # only where a file names it

@@ -1,7 +1,7 @@
 """A stdlib-only test runner that writes JUnit XML, for sandboxes whose python3 has no pytest.
 
-Bundled tasks and the gate fixtures ship a byte-identical copy as ``tests/junit_runner.py`` (unit tests
-keep the copies in sync; ``tasks/families.py`` copies it into generated tasks). It runs the ``test_*``
+Tasks ship no copy: their ``test.sh`` runs ``/tests/junit_runner.py``, and the verifier writes this file
+there at grading (``grading/verifier.py: list_test_files``), replacing any copy a task ships. It runs the ``test_*``
 functions of pytest-style files (plain ``assert``), each with its own time limit, in definition order,
 and records every one in the report.
 

@@ -120,6 +120,8 @@ MARKER = ".fireflash-fresh"
 # ships none, so pytest's upward search for a rootdir and configuration stops at /tests
 PYTEST_CONFIGS = {"pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"}
 PYTEST_INI = b"# written by the verifier: pytest's configuration search stops here, not at an agent's /pytest.ini\n[pytest]\n"
+# The stdlib runner bundled and generated tasks grade with, written into /tests by the verifier (list_test_files)
+RUNNER = Path(__file__).with_name("junit_runner.py")
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 # pytest honours these even when a task's script does not pass them: JUnit for partial credit, no
 # colour codes in logs, no cache directory written into the graded tree.
@@ -148,7 +150,12 @@ class VerifierOutput:
 
 
 def list_test_files(tests_dir: Path) -> list[tuple[str, bytes, int]]:
-    """(relative path, content, mode) of every file under ``tests_dir``, sorted for determinism.
+    """(relative path, content, mode) of every file the verifier writes under ``/tests``: those under
+    ``tests_dir``, sorted for determinism, with FireFlash's runner as ``junit_runner.py`` when a file names it.
+
+    The runner is the grader's, not the task's: tasks ship none (their ``test.sh`` runs
+    ``/tests/junit_runner.py``), and a copy a task does ship is replaced, so an old or altered runner in a
+    task directory never decides a score (``RUNNER``).
 
     Raises:
         FileNotFoundError: ``tests_dir`` is not a directory.
@@ -157,7 +164,11 @@ def list_test_files(tests_dir: Path) -> list[tuple[str, bytes, int]]:
         raise FileNotFoundError(f"{tests_dir}: tests directory missing (GraderSpec.tests_dir)")
     files = []
     for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        files.append((path.relative_to(tests_dir).as_posix(), path.read_bytes(), path.stat().st_mode & 0o777))
+        rel = path.relative_to(tests_dir).as_posix()
+        if rel != RUNNER.name:
+            files.append((rel, path.read_bytes(), path.stat().st_mode & 0o777))
+    if any(RUNNER.name.encode() in data for _, data, _ in files):
+        files.append((RUNNER.name, RUNNER.read_bytes(), 0o644))
     return files
 
 

@@ -34,7 +34,6 @@ from pathlib import Path
 from fireflash.tasks.words import DIR_WORDS, FILE_STEMS
 
 ID_PREFIX = "gen-"  # generated task ids: gen-<family>-<index> (seed 0), gen-<family>-s<seed>-<index>
-_JUNIT_RUNNER = Path(__file__).resolve().parent.parent / "grading" / "junit_runner.py"
 WORDS = (
     "alpha", "amber", "anchor", "apple", "arrow", "basil", "beacon", "birch", "bridge", "cable", "canyon",
     "cedar", "cloud", "comet", "copper", "coral", "delta", "ember", "falcon", "fern", "forest", "garnet",
@@ -1027,7 +1026,7 @@ _GIT_IDENTITY = ('ENV GIT_AUTHOR_NAME="FireFlash" GIT_AUTHOR_EMAIL="tasks@firefl
 # python:3.11-slim has no git; the host's userland skips an install of what it has (tasks/dockerfile.py)
 _INSTALL_GIT = "RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*"
 _TEST_SH = """#!/bin/bash
-# The sandbox's python3 may lack pytest: the bundled stdlib runner runs the checks and writes JUnit XML.
+# The sandbox's python3 may lack pytest: FireFlash's stdlib runner (the verifier writes it) runs the checks.
 cd /app || exit 1
 python3 /tests/junit_runner.py --junitxml /logs/verifier/junit.xml /tests/test_outputs.py
 """
@@ -1054,14 +1053,13 @@ def write_task(task_id: str, spec: TaskSpec, out_dir: Path) -> Path:
     (tmp / "solution" / "solve.sh").write_text("#!/bin/bash\n" + spec.solution + "\n")
     (tmp / "tests" / "test.sh").write_text(_TEST_SH)
     (tmp / "tests" / "test_outputs.py").write_text(spec.checks)
-    shutil.copyfile(_JUNIT_RUNNER, tmp / "tests" / "junit_runner.py")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     return root
 
 
 MANIFEST = "generated.json"
-LAYOUT = 2  # what write_task writes besides the specs (2: git installed in git tasks' images); a change rewrites
+LAYOUT = 3  # what write_task writes besides the specs (2: git in git tasks' images; 3: no runner copy); a change rewrites
 
 
 def write_tasks(per_family: int, out_dir: Path, seed: int = 0, families: Sequence[str] = ()) -> list[Path]:
