@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from fireflash.protocols import TaskEnvironment
-from fireflash.sandbox import SandboxConfig, linux, make_backend
+from fireflash.sandbox import SandboxConfig, make_backend, procs
 from fireflash.sandbox.containers import ContainerToolMissing, find_tool
 
 IMAGE_TASK = Path(__file__).parent / "fixtures" / "image-task"
@@ -42,7 +42,7 @@ def backend_resources(backend: Any) -> tuple[list[int], list[Path]]:
 def assert_backend_left_nothing(backend: Any, resources: tuple[list[int], list[Path]]) -> None:
     pids, cgroup_dirs = resources
     assert not backend.dir.exists(), f"backend dir {backend.dir} left behind"
-    assert not [p for p in pids if linux.alive(p)], "launcher processes left behind"
+    assert not [p for p in pids if procs.alive(p)], "launcher processes left behind"
     assert not [d for d in cgroup_dirs if d.exists()], "cgroups left behind"
     assert not mounts_under(str(backend.dir)), "mounts left in the host namespace"
 
@@ -59,8 +59,8 @@ def sandbox_processes(sandbox: Any) -> list[tuple[int, str]]:
 def assert_sandbox_left_nothing(sandbox: Any, processes: list[tuple[int, str]]) -> None:
     assert sandbox.closed
     for pid in (sandbox._init_pid, sandbox._bwrap_pid):
-        assert not linux.alive(pid), f"sandbox process {pid} still alive after close()"
-    survivors = [p for p, t in processes if _start_time(p) == t and linux.alive(p)]
+        assert not procs.alive(pid), f"sandbox process {pid} still alive after close()"
+    survivors = [p for p, t in processes if _start_time(p) == t and procs.alive(p)]
     assert not survivors, f"processes {survivors} survived close()"
     assert not os.path.exists(sandbox.box), "sandbox box dir left behind"
 

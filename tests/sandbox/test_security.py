@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fireflash.protocols import TaskEnvironment
-from fireflash.sandbox import SandboxConfig, linux
+from fireflash.sandbox import SandboxConfig, procs
 from fireflash.sandbox.identity import ROOT_CAPS
 
 pytestmark = pytest.mark.sandbox
@@ -352,7 +352,7 @@ def test_fork_bomb_contained_and_host_responsive(run, sandbox):
     started = {p: _start_time(p) for p in bomb}
     run(sandbox.kill_job(job))
     run(sandbox.close())
-    assert not [p for p in bomb if _start_time(p) == started[p] != "" and linux.alive(p)]
+    assert not [p for p in bomb if _start_time(p) == started[p] != "" and procs.alive(p)]
 
 
 def test_memory_hog_killed(run, sandbox):
@@ -414,7 +414,7 @@ def test_double_forked_daemons_die_on_close(run, parent):
         run(sandbox.close())
     assert [p for p in slot.cgroup.pids() if p != slot.launcher.pid] == []
     # killed but not yet reaped by the host's init (a zombie) is dead: it runs nothing and holds nothing
-    assert not [p for p, t in survivors.items() if _start_time(p) == t != "" and linux.alive(p)]
+    assert not [p for p, t in survivors.items() if _start_time(p) == t != "" and procs.alive(p)]
 
 
 def _start_time(pid: int) -> str:

@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fireflash.protocols import VERIFIER_TOOLS_DIR, TaskEnvironment, cache_root
-from fireflash.sandbox import linux
+from fireflash.sandbox import linux, procs
 from fireflash.sandbox.bwrap_sandbox import BwrapSandbox
 from fireflash.sandbox.cgroups import CgroupTree, detect_mode, remove_stale
 from fireflash.sandbox.config import SandboxConfig
@@ -124,7 +124,7 @@ class BwrapBackend:
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o755)
         _remove_stale(root)
-        remove_stale_disks(cfg.disk_dir, linux.alive)
+        remove_stale_disks(cfg.disk_dir, procs.alive)
         self.disks = Disks(cfg)
         self.dir = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.dir.mkdir(mode=0o755)
@@ -144,7 +144,7 @@ class BwrapBackend:
         self.cgroup_mode = mode
         tree = None
         if mode != "none":
-            remove_stale(linux.alive)
+            remove_stale(procs.alive)
             try:
                 tree = CgroupTree(mode, f"fireflash-{self.dir.name}")
             except OSError as e:
@@ -459,5 +459,5 @@ def _remove_stale(root: Path) -> None:
     """Delete directories of backends whose process died without closing (mounts died with it)."""
     for child in root.iterdir():
         pid = child.name.split("-", 1)[0]
-        if pid.isdigit() and not linux.alive(int(pid)):
+        if pid.isdigit() and not procs.alive(int(pid)):
             shutil.rmtree(child, ignore_errors=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from fireflash.protocols import VERIFIER_TOOLS_DIR, ExecResult, Job, TaskEnvironment
 from fireflash.sandbox import files as sbfiles
-from fireflash.sandbox import linux
+from fireflash.sandbox import procs
 from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError
 from fireflash.sandbox.identity import HOME, USER, Identity
 from fireflash.sandbox.launcher import CTL_FD, INFO_FD, USERNS_FDS
@@ -265,12 +265,12 @@ class BwrapSandbox:
     def _shell_host_pid(self, shell: Shell) -> int | None:
         if shell.ns_pid is None or not self._pidns:
             return None
-        return linux.host_pid_in_pidns(self._pidns, shell.ns_pid)
+        return procs.host_pid_in_pidns(self._pidns, shell.ns_pid)
 
     async def _spawn_shell(self, state: ShellState) -> Shell:
         """A new shell joined to this sandbox's namespaces (after ``exit``, a kill, or for a job)."""
         self._root()
-        if not linux.alive(self._init_pid):
+        if not procs.alive(self._init_pid):
             raise SandboxError("the sandbox died (its pid 1 is gone); fork a new one")
         assert self._slot is not None
         try:
@@ -331,13 +331,13 @@ class BwrapSandbox:
             except (OSError, ValueError):
                 return False
         else:  # rlimits: RLIMIT_NPROC counts the processes of the sandbox uid host-wide (bwrap.py)
-            in_use = linux.count_processes_of(self.identity.host_uid)
+            in_use = procs.count_processes_of(self.identity.host_uid)
         return in_use >= self.env.pids_max - 1
 
     async def _kill_all_but_init(self) -> None:
         """Kill every process of the sandbox but its pid 1 (the keeper, which reaps them): it filled its pids limit."""
         self._root()
-        await asyncio.get_running_loop().run_in_executor(None, linux.kill_pidns, self._pidns, self._init_pid)
+        await asyncio.get_running_loop().run_in_executor(None, procs.kill_pidns, self._pidns, self._init_pid)
 
     # ── the Sandbox protocol ──
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fireflash.protocols import ExecResult, Job
 from fireflash.sandbox.errors import OutOfProcesses, SandboxError
 from fireflash.sandbox.files import file_size, head_tail, remove_output
-from fireflash.sandbox.linux import alive, descendants, kill_marked, kill_tree, wait_dead
+from fireflash.sandbox.procs import alive, descendants, kill_marked, kill_tree, wait_dead
 from fireflash.sandbox.shell import (
     MARKER_VAR,
     OUTPUT_DIR,
