@@ -7,74 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
 import json
 import os
 import shutil
 import signal
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fireflash.protocols import VERIFIER_TOOLS_DIR, ExecResult, Job, TaskEnvironment
 from fireflash.sandbox import files as sbfiles
 from fireflash.sandbox import procs
 from fireflash.sandbox.errors import OutOfProcesses, SandboxClosed, SandboxError
-from fireflash.sandbox.identity import HOME, USER, Identity
-from fireflash.sandbox.launcher import CTL_FD, INFO_FD, USERNS_FDS
+from fireflash.sandbox.identity import Identity
+from fireflash.sandbox.launcher import CTL_FD
 from fireflash.sandbox.layers import Layer, diff_upper, snapshot_upper
 from fireflash.sandbox.rootfs import IMAGE_IDS
 from fireflash.sandbox.session import ShellSession
-from fireflash.sandbox.shell import KEEPER, OUTPUT_DIR, WRAPPER, Shell, ShellDied, ShellState, restore_lines
+from fireflash.sandbox.shell import WRAPPER, Shell, ShellDied, ShellState, restore_lines
 from fireflash.sandbox.slots import Slot
+from fireflash.sandbox.startup import PATH, bwrap_argv, namespace_fds, sandbox_env
 
 if TYPE_CHECKING:
     from fireflash.sandbox.bwrap import BwrapBackend
-
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_NAMESPACES = ("mnt", "pid", "ipc", "uts", "cgroup")  # joined after the user namespace that owns them
-_NS_GET_USERNS = 0xB701  # ioctl: the user namespace owning a namespace
-
-
-def sandbox_env(env: TaskEnvironment, identity: Identity | None = None) -> dict[str, str]:
-    """Environment variables of every command: a minimal login environment for the sandbox's user plus the
-    task's ``env`` (for an image, its ``ENV`` lines: tasks/images.py puts them there)."""
-    home, user = (identity.home, identity.name) if identity is not None else (HOME, USER)
-    base = {
-        "PATH": PATH,
-        "HOME": home,
-        "USER": user,
-        "LOGNAME": user,
-        "SHELL": "/bin/bash",
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-    }
-    return base | dict(env.env)
-
-
-def _namespace_fds(pid: int) -> list[int]:
-    """fds of the namespaces of ``pid`` in the order a process must join them: net, then users' ones.
-
-    The network namespace belongs to the host's user namespace (the launcher made it), so it is joined
-    first, as root. bwrap nests a second user namespace inside the one owning the other namespaces:
-    join the owner, then the namespaces, then the inner user namespace.
-    """
-    fds: list[int] = [os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)]
-    try:
-        inner = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        fds.append(inner)
-        for ns in _NAMESPACES:
-            fds.append(os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC))
-        owner = fcntl.ioctl(fds[2], _NS_GET_USERNS)
-        fds.append(owner)
-    except OSError:
-        for fd in fds:
-            os.close(fd)
-        raise
-    net, namespaces = fds[0], fds[2:-1]
-    if os.fstat(owner).st_ino == os.fstat(inner).st_ino:
-        os.close(inner)
-        return [net, owner, *namespaces]
-    return [net, owner, *namespaces, inner]
 
 
 class BwrapSandbox:
@@ -133,45 +86,6 @@ class BwrapSandbox:
             raise
         return sandbox
 
-    def _bwrap_argv(self) -> list[str]:
-        cfg, env, me = self.backend.cfg, self.env, self.identity
-        argv = [self.backend.bwrap]
-        if me.image:  # user namespaces made by the launcher (USERNS_FDS): many ids mapped, nesting used up
-            argv += ["--userns", str(USERNS_FDS[0]), "--userns2", str(USERNS_FDS[1]), "--assert-userns-disabled"]
-            for cap in me.caps:
-                argv += ["--cap-add", cap]
-        else:
-            argv += ["--unshare-user", "--disable-userns"]
-        argv += ["--uid", str(me.uid), "--gid", str(me.gid)]
-        # the network namespace comes from the launcher (fresh, loopback only) or is the host's
-        argv += [
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
-        argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--bind", f"{self.box}/merged", "/"]
-        if not me.image:  # the host's userland, read-only
-            for name in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-                host = Path("/") / name
-                if host.is_dir() and not host.is_symlink():
-                    argv += ["--ro-bind", str(host), str(host)]
-            d = self.backend.dir
-            argv += ["--ro-bind", str(d / "passwd"), "/etc/passwd", "--ro-bind", str(d / "group"), "/etc/group"]
-        for inside, host in cfg.ro_binds.items():
-            argv += ["--ro-bind", host, inside]
-        argv += ["--proc", "/proc", "--dev", "/dev"]
-        argv += ["--perms", "1777", "--size", str(cfg.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-        # command output has its own tmpfs: an agent filling /tmp still gets its error messages back
-        argv += ["--perms", "0755", "--size", str(cfg.output_size_mb * 1024 * 1024), "--tmpfs", OUTPUT_DIR]
-        # "/" always exists; the shell then cds to the workdir (restore_lines). An agent may have deleted
-        # the workdir, and the grader's fork of its final state must still start.
-        argv += ["--hostname", "sandbox", "--chdir", "/", "--clearenv"]
-        for key, value in sandbox_env(env, me).items():
-            argv += ["--setenv", key, value]
-        argv += ["--setenv", "FF_CTL_FD", str(CTL_FD), "--info-fd", str(INFO_FD)]
-        return argv + ["--", "/bin/bash", "--noprofile", "--norc", "-c", KEEPER]
-
     def _request(self, kind: str, argv: list[str], env: dict[str, str]) -> dict:
         me, base = self.identity, self.backend.cfg.image_uid_base
         return {
@@ -208,7 +122,7 @@ class BwrapSandbox:
         self._err_fd = err_r
         try:
             self._bwrap_pid = await self._slot.launcher.spawn(
-                self._request("box", self._bwrap_argv(), {"PATH": PATH}),
+                self._request("box", bwrap_argv(self.backend, self.env, self.identity, self.box), {"PATH": PATH}),
                 [stdin_r, ctl_w, info_w, err_w],
                 cfg.start_timeout_sec,
             )
@@ -274,7 +188,7 @@ class BwrapSandbox:
             raise SandboxError("the sandbox died (its pid 1 is gone); fork a new one")
         assert self._slot is not None
         try:
-            ns_fds = _namespace_fds(self._init_pid)
+            ns_fds = namespace_fds(self._init_pid)
         except OSError as e:
             raise SandboxError(f"the sandbox died while starting a shell: {e}") from None
         stdin_r, stdin_w = os.pipe()
