@@ -47,7 +47,7 @@ def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks",
         HeldoutLeak: a task belongs to the held-out split.
     """
     from fireflash.sft.augment import augment_tasks
-    from fireflash.tasks.families import ID_PREFIX as GENERATED_PREFIX
+    from fireflash.tasks.families.catalogue import ID_PREFIX as GENERATED_PREFIX
     from fireflash.tasks.loader import load_tasks
 
     tasks, errors = load_tasks(s.tasks, sandbox, _say)

@@ -414,10 +414,10 @@ def task_dirs(spec: str | Path) -> list[Path]:
 
 def _generated(text: str) -> list[Path]:
     """'generated:N', 'generated:N:SEED' or 'generated:N:SEED:FAMILY,FAMILY,...' → N instances of every task
-    family (tasks/families.py), or of the named ones, written once under the cache directory and reused.
+    family (tasks/families/), or of the named ones, written once under the cache directory and reused.
     Instance k of a family is the same task whichever families are named, so a filtered source extends
     an unfiltered one with the same seed (its first instances keep their ids and probe results)."""
-    from fireflash.tasks.families import write_tasks
+    from fireflash.tasks.families.writer import write_tasks
 
     parts = text.split(":")[1:]
     ok = len(parts) in (1, 2, 3) and all(p.isdigit() for p in parts[:2]) and int(parts[0]) > 0
