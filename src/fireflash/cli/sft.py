@@ -25,7 +25,7 @@ from fireflash.progress import Progress
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sft.config import SFTConfig
-from fireflash.tasks.loader import HeldoutLeak, check_not_heldout
+from fireflash.tasks.heldout import HeldoutLeak, check_not_heldout
 
 console = Console()
 
