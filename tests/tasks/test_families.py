@@ -7,7 +7,8 @@ import pytest
 
 from fireflash.sandbox import SandboxConfig, make_backend
 from fireflash.tasks.config import GatesConfig
-from fireflash.tasks.families import FAMILIES, ID_PREFIX, generate, write_tasks
+from fireflash.tasks.families.catalogue import FAMILIES, ID_PREFIX, generate
+from fireflash.tasks.families.writer import write_tasks
 from fireflash.curation.gates import validate_task
 from fireflash.tasks.loader import bundled_tasks, load_task, load_tasks
 

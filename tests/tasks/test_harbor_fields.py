@@ -118,7 +118,7 @@ def test_environment_env_is_honoured_over_the_images_env(tmp_path):
 
     from fireflash.sandbox.config import TRIXIE
     from fireflash.tasks.environments import place
-    from fireflash.tasks.loader import load_harbor
+    from fireflash.tasks.harbor import load_harbor
 
     root = shutil.copytree(FIXTURE, tmp_path / "img")
     (root / "task.toml").write_text((root / "task.toml").read_text() + '\n[environment.env]\nDEBIAN_FRONTEND = "teletype"\nMODE = "test"\n')

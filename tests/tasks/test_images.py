@@ -210,10 +210,12 @@ def test_auto_keeps_host_runnable_tasks_on_the_host_and_never_looks_for_a_tool()
 
 def test_auto_runs_a_task_the_host_cannot_in_its_image_with_the_images_env_workdir_and_users():
     from fireflash.tasks.environments import place
-    from fireflash.tasks.loader import TaskLoadError, _environment, load_harbor
+    from fireflash.tasks.harbor import load_harbor
+    from fireflash.tasks.task_environment import task_environment
+    from fireflash.tasks.task_fields import TaskLoadError
 
     with pytest.raises(TaskLoadError, match="needs a container backend: .*multi-stage"):
-        _environment(FIXTURE / "environment" / "Dockerfile", FIXTURE / "environment", {}, "w")
+        task_environment(FIXTURE / "environment" / "Dockerfile", FIXTURE / "environment", {}, "w")
     task = load_harbor(FIXTURE, images=True)
     assert task.environment.dockerfile is not None and "multi-stage" in task.metadata["host_userland"]
     tool = ScriptedTool(local={TRIXIE}, config=IMAGE_CONFIG)
@@ -230,7 +232,8 @@ def test_auto_runs_a_task_the_host_cannot_in_its_image_with_the_images_env_workd
 def test_never_and_a_missing_tool_refuse_a_task_that_needs_its_image_by_name():
     from fireflash.sandbox.containers import ContainerToolMissing
     from fireflash.tasks.environments import place
-    from fireflash.tasks.loader import TaskLoadError, load_harbor
+    from fireflash.tasks.harbor import load_harbor
+    from fireflash.tasks.task_fields import TaskLoadError
 
     task = load_harbor(FIXTURE, images=True)
     with pytest.raises(TaskLoadError, match=r"task ubuntu-apt-pip: the host's userland cannot run it: .*multi-stage.*"
@@ -268,7 +271,7 @@ def test_a_long_build_while_loading_a_task_shows_progress_lines(monkeypatch, cap
 
     from fireflash import progress
     from fireflash.tasks import environments
-    from fireflash.tasks.loader import load_harbor
+    from fireflash.tasks.harbor import load_harbor
 
     class SlowTool(ScriptedTool):
         def build_args(self, dockerfile, context, tag, build_args, volumes, labels):

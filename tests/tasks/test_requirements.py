@@ -3,7 +3,8 @@
 import pytest
 
 from fireflash.tasks.loader import bundled_tasks
-from fireflash.curation.requirements import check_stated, referenced_requirements, unstated_requirements
+from fireflash.curation.references import referenced_requirements
+from fireflash.curation.requirements import check_stated, unstated_requirements
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fireflash.tasks.families import generate, write_task
+from fireflash.tasks.families.catalogue import generate
+from fireflash.tasks.families.writer import write_task
 from fireflash.tasks.loader import DATA_DIR
 
 BASE_PROGRAMS = {
@@ -237,7 +238,7 @@ def test_bundled_tasks_images_have_the_programs_they_run(task_dir):
 
 
 def test_generated_families_images_have_the_programs_they_run(tmp_path):
-    """One instance of every family (families.py writes their Dockerfiles)."""
+    """One instance of every family (families/writer.py writes their Dockerfiles)."""
     problems = []
     for task_id, spec in generate(1, 0):
         problems += missing_programs(write_task(task_id, spec, tmp_path))

@@ -25,7 +25,7 @@ from fireflash.progress import Progress
 from fireflash.protocols import Task
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.sft.config import SFTConfig
-from fireflash.tasks.loader import HeldoutLeak, check_not_heldout
+from fireflash.tasks.heldout import HeldoutLeak, check_not_heldout
 
 console = Console()
 
@@ -47,7 +47,7 @@ def sft_tasks(s: SFTConfig, run_dir: Path, field: str = "sft.tasks",
         HeldoutLeak: a task belongs to the held-out split.
     """
     from fireflash.sft.augment import augment_tasks
-    from fireflash.tasks.families import ID_PREFIX as GENERATED_PREFIX
+    from fireflash.tasks.families.catalogue import ID_PREFIX as GENERATED_PREFIX
     from fireflash.tasks.loader import load_tasks
 
     tasks, errors = load_tasks(s.tasks, sandbox, _say)

@@ -153,11 +153,11 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
             checkpoint is the model).
         fireflash.tasks.TaskLoadError: a task fails to load, or none is left after the pool manifest.
         FileNotFoundError / ValueError: ``tasks.pool_manifest`` is missing or not a manifest.
-        fireflash.tasks.loader.HeldoutLeak: the pool holds held-out tasks and ``tasks.allow_heldout`` is off.
+        fireflash.tasks.heldout.HeldoutLeak: the pool holds held-out tasks and ``tasks.allow_heldout`` is off.
     """
     from fireflash.curation.pool import load_pool
     from fireflash.models import check_model
-    from fireflash.tasks.loader import check_not_heldout
+    from fireflash.tasks.heldout import check_not_heldout
     from fireflash.tracking import refuse_existing_run
 
     check_train_config(cfg)

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 
+from fireflash.curation.references import referenced_requirements
 from fireflash.curation.replay import replay_solution
-from fireflash.curation.requirements import referenced_requirements
 from fireflash.grading.graders import IMPORT_ERROR, NOT_RUN, make_grader
 from fireflash.protocols import Sandbox, SandboxBackend, Score, Task
 from fireflash.tasks.config import GatesConfig

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from fireflash.curation.checks import CRASH_REASONS
+from fireflash.curation.checks_scoring import CRASH_REASONS
 from fireflash.curation.context import GateContext
 from fireflash.curation.fuzz import MUTATIONS, apply_mutation
 from fireflash.grading.graders import make_grader

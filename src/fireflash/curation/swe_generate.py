@@ -184,7 +184,8 @@ async def _failed_gates(task_dir: Path, sandbox: SandboxConfig) -> list[int]:
         validate_task,  # the gates import the whole grading stack: only when used
     )
     from fireflash.curation.requirements import task_stated
-    from fireflash.tasks.loader import TaskLoadError, load_harbor, load_task
+    from fireflash.tasks.harbor import load_harbor
+    from fireflash.tasks.loader import TaskLoadError, load_task
 
     try:
         task = load_harbor(task_dir, images=True)  # read only: no image built for the gate-2 check

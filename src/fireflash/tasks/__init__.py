@@ -10,7 +10,7 @@ should not pay for the loaders.
 import importlib
 
 _EXPORTS = {
-    "TaskLoadError": "fireflash.tasks.loader",
+    "TaskLoadError": "fireflash.tasks.task_fields",
     "bundled_tasks": "fireflash.tasks.loader",
     "load_task": "fireflash.tasks.loader",
     "load_tasks": "fireflash.tasks.loader",

@@ -1,6 +1,6 @@
 """Word pools for made-up file, script and directory names.
 
-Used by generated task families (``families.py``: random names per instance) and by SFT's path-renaming
+Used by generated task families (``families/``: random names per instance) and by SFT's path-renaming
 augmentation (``fireflash.sft.augment``: renamed copies of a task). They live here, in tasks, so that sft
 imports tasks and never the reverse (issue 28).
 """

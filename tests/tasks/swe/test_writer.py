@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fireflash.tasks.loader import load_harbor
+from fireflash.tasks.harbor import load_harbor
 from fireflash.tasks.swe.mutate import mutations
 from fireflash.tasks.swe.packages import SwePackage
 from fireflash.tasks.swe.writer import reverse_patch, write_task
