@@ -194,9 +194,13 @@ def main(procs_files: list[str]) -> None:
         if child == 0:
             try:
                 # exec keeps ignored signals and the mask: Python ignores SIGPIPE and SIGXFSZ at start-up, and
-                # a sandbox inheriting that made `yes | head` report EPIPE instead of dying as it does anywhere else
-                for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
-                    signal.signal(sig, signal.SIG_DFL)
+                # a sandbox inheriting that made `yes | head` report EPIPE instead of dying as it does anywhere else;
+                # whatever started FireFlash may have ignored others (a CI runner's SIGHUP), so all start at default
+                for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+                    try:
+                        signal.signal(sig, signal.SIG_DFL)
+                    except (OSError, ValueError):
+                        pass  # a signal the C library reserves for itself
                 signal.pthread_sigmask(signal.SIG_SETMASK, [])
                 if req["kind"] == "box":
                     _box(req, fds, host_net)
