@@ -53,7 +53,8 @@ trainer_device = "cuda:0"
 # fp32 on the server so the logprob check measures our plumbing, not bf16 kernel noise
 if engine_kind == "sglang":
     import sglang
-    from fireflash.engines.sglang import SGLangEngine, launch_sglang as launch
+    from fireflash.engines.sglang import SGLangEngine
+    from fireflash.engines.sglang_launch import launch_sglang as launch
     report["engine_version"] = sglang.__version__
     args = {"dtype": "float32", "mem_fraction_static": 0.5, "disable_cuda_graph": True}
     transfer = "disk"

@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from fireflash.config import load_config
-from fireflash.engines.sglang import SGLangEngine, launch_sglang
+from fireflash.engines.sglang import SGLangEngine
+from fireflash.engines.sglang_launch import launch_sglang
 from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group, tensor_broadcaster
 from fireflash.grading import make_grader
 from fireflash.models import load_policy, load_tokenizer

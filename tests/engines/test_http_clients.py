@@ -19,7 +19,8 @@ from fireflash.engines.http import (
     WeightVersionMissing,
     flags_from_args,
 )
-from fireflash.engines.sglang import SGLangEngine, sglang_command
+from fireflash.engines.sglang import SGLangEngine
+from fireflash.engines.sglang_launch import sglang_command
 from fireflash.engines.vllm import VLLMEngine, vllm_command
 from fireflash.protocols import Engine, GenerateRequest, SamplingParams
 
@@ -466,7 +467,7 @@ def test_sglang_result_spanning_versions_carries_the_oldest(spans, expected):
 
 
 def test_training_refuses_quantization_and_warns_about_draft_models():
-    from fireflash.engines.sglang import check_sglang_training
+    from fireflash.engines.sglang_launch import check_sglang_training
 
     with pytest.raises(ValueError, match=r"engine.args.quantization = 'fp8' .*remove engine.args.quantization"):
         check_sglang_training({"quantization": "fp8"}, "collective")

@@ -18,7 +18,8 @@ import torch
 from fireflash.engines.http import EngineRequestError, JSONClient, WeightSyncFailed
 from fireflash.engines.local import LocalEngine
 from fireflash.engines.scripted import ScriptedEngine
-from fireflash.engines.serve import EngineServer, launch_fireflash_server
+from fireflash.engines.serve import EngineServer
+from fireflash.engines.serve_process import launch_fireflash_server
 from fireflash.engines.sglang import SGLangEngine
 from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
 from fireflash.engines.weights import TensorSpec, specs_of
@@ -152,7 +153,7 @@ def test_stop_handling_is_sglangs_with_and_without_ignore_eos():
 
 
 def test_model_eos_ids_come_from_the_generation_config():
-    from fireflash.engines.serve import model_eos_ids
+    from fireflash.engines.serve_process import model_eos_ids
 
     model = build_tiny_model(VOCAB)
     assert model_eos_ids(model) == [model.config.eos_token_id]

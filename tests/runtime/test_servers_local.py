@@ -12,7 +12,7 @@ import asyncio
 import pytest
 import torch
 
-from fireflash.engines.serve import launch_fireflash_server
+from fireflash.engines.serve_process import launch_fireflash_server
 from fireflash.engines.sglang import SGLangEngine
 from fireflash.models import build_tiny_model
 from fireflash.protocols import GenerateRequest, SamplingParams

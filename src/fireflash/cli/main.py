@@ -159,7 +159,7 @@ def serve_command(
 ) -> None:
     """Serve the config's engine section as a local engine through SGLang's native HTTP API until Ctrl-C."""
     cfg = resolve_config(config, overrides)
-    from fireflash.engines.serve import serve_forever
+    from fireflash.engines.serve_process import serve_forever
     from fireflash.models import ModelNotFound
 
     try:

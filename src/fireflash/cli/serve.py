@@ -1,6 +1,6 @@
 """FireFlash's SGLang-compatible server as a child process: ``python -m fireflash.cli.serve MODEL ...``.
 
-``engines.serve.launch_fireflash_server`` (Ray's engine-server actors, tests) starts this module; users run
+``engines.serve_process.launch_fireflash_server`` (Ray's engine-server actors, tests) starts this module; users run
 ``fireflash serve``. Arguments are ``EngineConfig`` fields without the ``engine.`` prefix:
 
     python -m fireflash.cli.serve MODEL [--host H] [--port P] [--weight-sync-timeout-sec S] [max_batch_size=8 ...]
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     or a taken port exit with code 2 and one line naming the cause."""
     from fireflash.config import ConfigError, parse_override
     from fireflash.engines.config import EngineConfig
-    from fireflash.engines.serve import serve_forever
+    from fireflash.engines.serve_process import serve_forever
 
     parser = argparse.ArgumentParser(prog="python -m fireflash.cli.serve",
                                      description="FireFlash's SGLang-compatible server over a local engine.")

@@ -117,7 +117,7 @@ def check_train_config(cfg: FireFlashConfig) -> None:
     if engine.kind == "sglang":
         import logging
 
-        from fireflash.engines.sglang import check_sglang_training
+        from fireflash.engines.sglang_launch import check_sglang_training
 
         try:
             for warning in check_sglang_training(engine.args, engine.weight_sync):

@@ -69,7 +69,8 @@ def make_engine(
             "transport": transport,
         }
         if cfg.kind == "sglang":
-            from fireflash.engines.sglang import SGLangEngine, deterministic_inference
+            from fireflash.engines.sglang import SGLangEngine
+            from fireflash.engines.sglang_launch import deterministic_inference
 
             return SGLangEngine(cfg.url, weight_sync_timeout_sec=cfg.weight_sync_timeout_sec,
                                 bucket_bytes=cfg.weight_sync_bucket_mb << 20,

@@ -66,293 +66,43 @@ Decisions where FireFlash engines differ from SGLang:
   ``launch_fireflash_server``) to put several servers in one group.
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
-import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from fireflash.engines.http import start_server
-from fireflash.engines.weight_sync import apply_between_turns, init_weight_update_group
-from fireflash.protocols import Engine, GenerateRequest, GenerateResult, SamplingParams
-
-_CLIENT_TRY_SUFFIX = re.compile(r"-[0-9a-f]{8}$")  # SGLangEngine's fresh rid per try: request_id + "-" + 8 hex
-
-# SGLang fields FireFlash engines cannot honour, accepted only at the value that switches them off (None too)
-_NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
-    "top_k": (-1,),
-    "min_p": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "min_new_tokens": (0,),
-    "n": (1,),
-    "stop": ("", []),
-    "spaces_between_special_tokens": (True, False),  # text only: there is no text
-}
-_NEUTRAL_TOP: dict[str, tuple[Any, ...]] = {
-    "stream": (False,),
-    "return_text_in_logprobs": (True, False),  # the text slot of each logprob entry is null either way
-    "return_hidden_states": (False,),
-}
-
-
-# ───────────────────────────── request bodies (SGLang's names) ─────────────────────────────
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class _Sampling(_Body):
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(128, ge=1)
-    stop_token_ids: list[int] | None = None
-    sampling_seed: int | None = None
-    ignore_eos: bool = False
-    no_stop_trim: bool = False
-    skip_special_tokens: bool = True
-
-
-class _Generate(_Body):
-    input_ids: list[int] = Field(min_length=1)
-    rid: str | None = None
-    sampling_params: _Sampling = Field(default_factory=_Sampling)
-    return_logprob: bool = False
-    top_logprobs_num: int = Field(0, ge=0)
-    logprob_start_len: int = -1
-
-
-class _DiskUpdate(_Body):
-    model_path: str
-    weight_version: str | int
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-
-
-class _InitGroup(_Body):
-    master_address: str
-    master_port: int
-    rank_offset: int
-    world_size: int
-    group_name: str = "weight_update_group"
-    backend: str = "nccl"
-
-
-class _DistributedUpdate(_Body):
-    names: list[str] = Field(min_length=1)
-    dtypes: list[str]
-    shapes: list[list[int]]
-    group_name: str = "weight_update_group"
-    weight_version: str | int | None = None  # SGLang's is optional: absent = a partial update (module docstring)
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-    load_format: None = None
-
-
-class _GroupName(_Body):
-    group_name: str = "weight_update_group"
-
-
-class _Pause(_Body):
-    mode: str = "abort"
-
-
-class _JSON(JSONResponse):
-    """JSON that keeps -inf logprobs (json.loads reads -Infinity back; Starlette's default refuses them)."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, allow_nan=True, separators=(",", ":")).encode()
-
-
-class BadRequest(ValueError):
-    """A request body the server cannot serve; ``loc`` is the field path, e.g. ('sampling_params', 'top_k')."""
-
-    def __init__(self, loc: tuple[Any, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-
-
-def _detail(loc: tuple[Any, ...], message: str, kind: str = "value_error") -> JSONResponse:
-    return _JSON({"detail": [{"loc": ["body", *loc], "msg": message, "type": kind}]}, status_code=400)
-
-
-def _refused(message: str) -> JSONResponse:
-    return _JSON({"success": False, "message": message}, status_code=400)
-
-
-def _check_neutral(extra: Mapping[str, Any] | None, neutral: Mapping[str, tuple[Any, ...]], where: tuple) -> None:
-    for key, value in (extra or {}).items():
-        if value is None or value is False or (key in neutral and value in neutral[key]):
-            continue
-        raise BadRequest((*where, key), f"{'.'.join(map(str, (*where, key)))} = {value!r} is not supported by "
-                                        "FireFlash's server (module docstring of fireflash.engines.serve)")
-
-
-def _parse_generate(body: Any, eos_token_ids: Sequence[int] = ()) -> tuple[_Generate, GenerateRequest]:
-    """Validate a /generate body and map it to the engine's request; the engine stops where SGLang would
-    (module docstring: stop handling).
-
-    Raises:
-        BadRequest / ValidationError: the field at fault.
-    """
-    if not isinstance(body, dict):
-        raise BadRequest((), "the body must be a JSON object")
-    if body.get("text") is not None:
-        raise BadRequest(("text",), "text prompts are not supported (no tokenizer): send input_ids")
-    ids = body.get("input_ids")
-    if isinstance(ids, list) and ids and isinstance(ids[0], list):
-        raise BadRequest(("input_ids",), "batched input_ids (a list of lists) are not supported: one request per prompt")
-    g = _Generate.model_validate(body)
-    _check_neutral({k: v for k, v in (g.model_extra or {}).items() if k != "text"}, _NEUTRAL_TOP, ())
-    sp = g.sampling_params
-    _check_neutral(sp.model_extra, _NEUTRAL_SAMPLING, ("sampling_params",))
-    if not sp.no_stop_trim:
-        raise BadRequest(("sampling_params", "no_stop_trim"), "FireFlash engines return the stop token: send "
-                         "no_stop_trim: true")
-    if g.logprob_start_len != -1:
-        raise BadRequest(("logprob_start_len",), "prompt logprobs are not supported: send logprob_start_len: -1")
-    params = SamplingParams(
-        temperature=sp.temperature,
-        top_p=sp.top_p,
-        max_new_tokens=sp.max_new_tokens,
-        stop_token_ids=_stops(sp, eos_token_ids),
-        n_top_logprobs=g.top_logprobs_num,
-        seed=sp.sampling_seed,
-    )
-    # the engine's id without SGLangEngine's per-try suffix: a LocalEngine seeds an unseeded request from its id, so
-    # a run's samples stay reproducible although every HTTP try carries a fresh rid
-    rid = _CLIENT_TRY_SUFFIX.sub("", g.rid) if g.rid is not None else uuid.uuid4().hex
-    return g, GenerateRequest(request_id=rid, prompt_ids=g.input_ids, params=params)
-
-
-def _stops(sp: _Sampling, eos_token_ids: Sequence[int]) -> list[int]:
-    """The ids a request stops at, as SGLang's ``Req._check_token_based_finish`` decides: none with ``ignore_eos``
-    (it returns before looking at stop_token_ids), else ``stop_token_ids`` and the model's EOS ids."""
-    if sp.ignore_eos:
-        return []
-    stops = list(sp.stop_token_ids or [])
-    return stops + [t for t in eos_token_ids if t not in stops]
-
-
-def _version(value: str | int) -> int:
-    text = str(value).strip()
-    if not text.lstrip("-").isdigit():
-        raise BadRequest(("weight_version",), f"weight_version {value!r} must be an integer (FireFlash versions are)")
-    return int(text)
-
-
-def _in_thread(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-    """Run blocking ``fn(*args)`` in a fresh daemon thread (a rendezvous or collective can block for minutes: it
-    must neither hold an executor thread nor keep the process alive at exit)."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value) if ok else fut.set_exception(value)
-
-    def work() -> None:
-        try:
-            value, ok = fn(*args), True
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-            value, ok = e, False
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(settle, ok, value)
-
-    threading.Thread(target=work, name=f"fireflash-serve-{getattr(fn, '__name__', 'work')}", daemon=True).start()
-    return fut
-
-
-def _receive(specs: list[tuple[str, torch.dtype, tuple[int, ...]]], group: Any, device: str) -> dict[str, torch.Tensor]:
-    """Each tensor, in order, from group rank 0 (SGLang's ``update_weights_from_distributed``)."""
-    state, works = {}, []
-    for name, dtype, shape in specs:
-        state[name] = torch.empty(shape, dtype=dtype, device=device)
-        works.append(dist.broadcast(state[name], src=0, group=group, async_op=True))
-    for work in works:
-        work.wait()
-    return state
-
-
-class _Groups:
-    """Weight-update groups this server belongs to, by name; one receive or destroy at a time per group."""
-
-    def __init__(self) -> None:
-        self.groups: dict[str, tuple[Any, str]] = {}  # name → (process group, backend)
-        self.joining: set[str] = set()
-        self.locks: dict[str, asyncio.Lock] = {}
-
-    def check_free(self, name: str) -> None:
-        from torch.distributed.distributed_c10d import _world
-
-        if name in self.groups or name in self.joining:
-            raise BadRequest(("group_name",), f"this server already is (or is becoming) a member of group {name!r}: "
-                             "destroy it first (/destroy_weights_update_group) or use another name")
-        if name in _world.pg_names.values():
-            raise BadRequest(("group_name",), f"this process already holds a group named {name!r} (another server "
-                             "in the same process?): one process can join a group name once")
-
-    def get(self, name: str) -> tuple[Any, str]:
-        if name not in self.groups:
-            raise BadRequest(("group_name",), f"unknown weight-update group {name!r} (this server's groups: "
-                             f"{sorted(self.groups)}); call /init_weights_update_group first")
-        return self.groups[name]
-
-    def lock(self, name: str) -> asyncio.Lock:
-        return self.locks.setdefault(name, asyncio.Lock())
-
-
-class _Service:
-    """What the routes share: the engine, its groups, whether a client paused it."""
-
-    def __init__(self, engine: Engine, model_path: str, weight_sync_timeout_sec: float) -> None:
-        self.engine, self.model_path, self.timeout_sec = engine, model_path, weight_sync_timeout_sec
-        self.groups = _Groups()
-        self.paused = False
-        self.staged: dict[str, dict[str, torch.Tensor]] = {}  # group → tensors received without a weight_version
-        self.in_flight: set[asyncio.Future] = set()  # /generate calls on the engine (aborted by pause 'abort')
-        self.aborted: set[asyncio.Future] = set()  # those a pause 'abort' cancelled
-        self.resumed = asyncio.Event()  # set while not paused: /generate waits on it (tokenizer_manager's is_pause)
-        self.resumed.set()
-        self.install_lock = asyncio.Lock()  # one installation at a time (a Lock binds to a loop on first use)
-
-    async def install(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
-        async with self.install_lock:
-            if self.paused:  # a client paused the engine: keep it paused until /continue_generation
-                await self.engine.update_weights(weights, version)
-            else:
-                await apply_between_turns(self.engine, weights, version)
-
-    async def close(self) -> None:
-        """Leave every group, then close the engine if it has ``close``."""
-        for name in list(self.groups.groups):
-            group, _ = self.groups.groups.pop(name)
-            dist.destroy_process_group(group)
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            await close()
+from fireflash.engines.serve_bodies import (
+    _JSON,
+    BadRequest,
+    _Body,
+    _detail,
+    _DiskUpdate,
+    _DistributedUpdate,
+    _GroupName,
+    _InitGroup,
+    _parse_generate,
+    _Pause,
+    _refused,
+    _version,
+)
+from fireflash.engines.serve_state import _in_thread, _receive, _Service
+from fireflash.engines.weight_sync import init_weight_update_group
+from fireflash.protocols import Engine, GenerateResult
 
 
 async def _json(request: Request) -> Any:
@@ -659,96 +409,3 @@ class EngineServer:
             self._server.should_exit = True
             self._thread.join(timeout_sec)
 
-
-# ───────────────────────────── running it as a process ─────────────────────────────
-
-
-def model_eos_ids(model: Any) -> list[int]:
-    """The EOS ids SGLang stops at for ``model`` (a transformers model): its generation config's
-    ``eos_token_id`` (an int or a list), else its config's; [] when neither says."""
-    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        value = getattr(source, "eos_token_id", None)
-        if value is not None:
-            return [int(value)] if isinstance(value, int) else [int(v) for v in value]
-    return []
-
-
-def serve_forever(
-    cfg: Any, model: str, host: str, port: int, cache_dir: str | None = None, weight_sync_timeout_sec: float = 300.0
-) -> None:
-    """Build the local engine ``cfg`` (an ``EngineConfig``; its kind is taken as 'local') describes over ``model``
-    and serve it until SIGINT / SIGTERM. Prints one line with the URL once it listens.
-
-    Raises:
-        fireflash.models.ModelNotFound: ``model`` is neither embedded nor a directory.
-        OSError: the port is taken.
-    """
-    from fireflash.engines import make_engine
-
-    engine = make_engine(cfg.model_copy(update={"kind": "local"}), model, cache_dir=cache_dir)
-    server = EngineServer(engine, host, port, model_path=model, weight_sync_timeout_sec=weight_sync_timeout_sec,
-                          eos_token_ids=model_eos_ids(getattr(engine, "model", None)), log_level="info")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    url = server.start()
-    print(f"fireflash serve: {model} on {url} (pid {os.getpid()})", flush=True)
-    while not stop.wait(1.0) and server.alive():
-        pass
-    server.close()
-
-
-def fireflash_server_command(
-    model_path: str,
-    port: int,
-    args: Mapping[str, Any] | None = None,
-    host: str = "127.0.0.1",
-    weight_sync_timeout_sec: float = 300.0,
-) -> list[str]:
-    """``python -m fireflash.cli.serve`` with ``args`` as ``EngineConfig`` overrides of the served local engine,
-    e.g. ``{"max_batch_size": 8, "num_threads": 2}`` → ``max_batch_size=8 num_threads=2`` (None values omitted).
-
-    Raises:
-        TypeError: a dict value (no engine field of the local engine takes one).
-    """
-    overrides = []
-    for key, value in (args or {}).items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            raise TypeError(f"fireflash server arg {key}={value!r}: dict values are not engine settings")
-        overrides.append(f"{key}={json.dumps(value)}")  # a JSON scalar or list is a TOML literal too
-    return [
-        sys.executable, "-m", "fireflash.cli.serve", model_path, "--host", host, "--port", str(port),
-        "--weight-sync-timeout-sec", str(weight_sync_timeout_sec), *overrides,
-    ]
-
-
-def launch_fireflash_server(
-    model_path: str,
-    port: int = 30000,
-    args: Mapping[str, Any] | None = None,
-    timeout_sec: float = 600.0,
-    log_path: Path | None = None,
-    host: str = "127.0.0.1",
-    weight_sync_timeout_sec: float = 300.0,
-    die_with_parent: bool = False,
-) -> subprocess.Popen:
-    """Start FireFlash's server in a child process and wait for ``/health`` (mirrors ``launch_sglang``); the caller
-    terminates the returned process (SIGTERM closes it cleanly).
-
-    Args:
-        model_path: embedded model name or HF directory.
-        port: TCP port to listen on.
-        args: ``EngineConfig`` fields for the served local engine (``fireflash_server_command``).
-        timeout_sec: how long to wait for health, seconds (loading the model is most of it).
-        log_path: the child's stdout and stderr; None discards them.
-        host: interface to listen on ('0.0.0.0' for every interface; health is then asked on 127.0.0.1).
-        weight_sync_timeout_sec: see ``build_app``.
-        die_with_parent: the kernel kills the server when the calling thread's process dies (``http.die_with_parent``).
-
-    Raises:
-        EngineHTTPError: the server exited or did not become healthy in time (see its log).
-    """
-    command = fireflash_server_command(model_path, port, args, host, weight_sync_timeout_sec)
-    return start_server(command, port, timeout_sec, host=host, log_path=log_path, die_with_parent=die_with_parent)

@@ -12,7 +12,7 @@ Wire format (SGLang ``io_struct.GenerateReqInput`` and the native API docs):
 
 Logprobs: SGLang returns log softmax(logits / temperature) — the distribution ``GenerateResult``
 promises — unless the server runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (pre-temperature); the
-launch helper removes that variable.
+launch helper (``sglang_launch.launch_sglang``) removes that variable.
 
 Stopping: ``ignore_eos`` is sent false. In SGLang ``ignore_eos`` switches off the whole token-based stop check,
 ``stop_token_ids`` included (``schedule_batch.Req._check_token_based_finish`` returns at once), so a true value
@@ -59,15 +59,13 @@ Errors: SGLang answers a refused ``/generate`` 400 ``{"error": {"message": str(e
 (``http_server._create_error_response``) and a refused weight or control call 400 ``{"success": false, "message"}``;
 ``http.JSONClient`` puts the message itself in the ``EngineRequestError`` (``WeightSyncFailed`` for collectives).
 
-Serve the same API from a CPU engine (tests, CPU nodes): ``fireflash.engines.serve``.
+Launch a server: ``fireflash.engines.sglang_launch``. Serve the same API from a CPU engine (tests, CPU nodes):
+``fireflash.engines.serve``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -82,8 +80,6 @@ from fireflash.engines.http import (
     JSONClient,
     WeightSyncFailed,
     WeightVersionMissing,
-    flags_from_args,
-    start_server,
 )
 from fireflash.engines.weight_sync import plan_buckets
 from fireflash.engines.weights import Broadcast, TensorSpec, specs_of
@@ -420,96 +416,3 @@ class SGLangEngine:
             await self._checked(path, body, timeout_sec=self.update_timeout_sec, max_retries=0)
         except (EngineHTTPError, EngineRequestError, TimeoutError) as e:
             raise WeightSyncFailed(self.http.base_url, path, version, e) from e
-
-
-def _flag(args: Mapping[str, Any], name: str) -> Any:
-    """``engine.args[name]`` whichever way it is spelled (``tp_size``, ``tp-size``, ``--tp-size``)."""
-    for key, value in args.items():
-        if key.lstrip("-").replace("-", "_") == name:
-            return value
-    return None
-
-
-def deterministic_inference(args: Mapping[str, Any]) -> bool:
-    """Whether SGLang runs with ``--enable-deterministic-inference`` (``engine.args``): only then is a request's
-    ``sampling_seed`` honoured, so only then does the client send it."""
-    return bool(_flag(args, "enable_deterministic_inference"))
-
-
-def check_sglang_training(args: Mapping[str, Any], weight_sync: str) -> list[str]:
-    """Refuse SGLang flags that training's weight updates would silently break; return warnings for those that
-    only degrade (issue #31).
-
-    * ``quantization`` (e.g. 'fp8'): the trainer sends bf16 / fp32 tensors and SGLang's update routes load them
-      as given, with no re-quantization into the FP8 weights and scales the server holds; FireFlash does not
-      quantize on the trainer side (it cannot be tested without a GPU). Refused.
-    * ``speculative_algorithm`` NEXTN / EAGLE / EAGLE3 (an MTP or draft model): weight updates reach the target
-      model only, so the draft keeps the launch weights and its acceptance rate decays as training moves the
-      target. Samples stay exact (the target verifies every draft token): warned.
-
-    Args:
-        args: ``engine.args``, SGLang's own flags.
-        weight_sync: ``engine.weight_sync`` ('collective' or 'disk').
-
-    Raises:
-        ValueError: a combination training cannot run, naming the field and the fix.
-    """
-    quantization = _flag(args, "quantization")
-    if quantization:
-        raise ValueError(
-            f"engine.args.quantization = {quantization!r} with engine.weight_sync = {weight_sync!r}: the trainer sends "
-            "unquantized weights after every step and SGLang installs them without re-quantizing, so the served model "
-            "would not be the trained one; remove engine.args.quantization for training (eval may keep it)"
-        )
-    warnings = []
-    speculative = _flag(args, "speculative_algorithm")
-    if speculative:
-        warnings.append(
-            f"engine.args.speculative_algorithm = {speculative!r}: weight updates do not reach SGLang's draft (MTP / "
-            "NEXTN / EAGLE) model, so its acceptance rate falls as training moves the target model; samples stay "
-            "exact, only slower. Watch the server's accept length, or drop the flag for long runs"
-        )
-    return warnings
-
-
-def sglang_command(
-    model_path: str, port: int, args: Mapping[str, Any] | None = None, host: str = "127.0.0.1"
-) -> list[str]:
-    """``python -m sglang.launch_server`` with SGLang's own flags passed through verbatim, e.g.
-    ``{"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "mem_fraction_static": 0.7}``."""
-    return [
-        sys.executable,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model_path,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ] + (flags_from_args(args or {}))
-
-
-def launch_sglang(
-    model_path: str,
-    port: int = 30000,
-    args: Mapping[str, Any] | None = None,
-    timeout_sec: float = 600.0,
-    log_path: Path | None = None,
-    host: str = "127.0.0.1",
-    die_with_parent: bool = False,
-) -> subprocess.Popen:
-    """Start an SGLang server and wait for ``/health``; the caller terminates the returned process (it is killed
-    here if it never becomes healthy).
-
-    ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is removed from its environment so logprobs are post-temperature.
-    ``host``: the interface it listens on ('0.0.0.0': every interface; health is then asked on 127.0.0.1).
-    ``die_with_parent``: the kernel kills the server when the calling thread's process dies
-    (``http.die_with_parent_hook``).
-
-    Raises:
-        EngineHTTPError: the server exited or did not become healthy in time (see its log).
-    """
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_RETURN_ORIGINAL_LOGPROB"}
-    return start_server(sglang_command(model_path, port, args, host), port, timeout_sec, host=host, log_path=log_path,
-                        env=env, die_with_parent=die_with_parent)

@@ -64,7 +64,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from fireflash.engines.serve import EngineServer, _in_thread
+from fireflash.engines.serve import EngineServer
+from fireflash.engines.serve_state import _in_thread
 from fireflash.engines.vllm_transfer import gloo_broadcast, stateless_gloo_group
 from fireflash.protocols import Engine, GenerateRequest, SamplingParams
 

@@ -136,7 +136,7 @@ def launch_engine_server(
     log = Path(log_dir) / f"engine-{index}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     if engine.server == "fireflash":
-        from fireflash.engines.serve import launch_fireflash_server
+        from fireflash.engines.serve_process import launch_fireflash_server
 
         local = {k: getattr(engine, k) for k in _LOCAL_ENGINE_FIELDS}
         local["num_threads"] = engine.num_threads or max(1, int(num_cpus))
@@ -145,7 +145,7 @@ def launch_engine_server(
             weight_sync_timeout_sec=engine.weight_sync_timeout_sec, die_with_parent=True,
         )
     else:
-        from fireflash.engines.sglang import launch_sglang
+        from fireflash.engines.sglang_launch import launch_sglang
 
         process = launch_sglang(model_dir, port, engine.args, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0",
                                 die_with_parent=True)

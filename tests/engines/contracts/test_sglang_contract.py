@@ -142,7 +142,7 @@ def test_client_sends_the_recorded_group_init():
 
 def test_stand_in_accepts_the_recorded_weight_calls_field_by_field():
     """The stand-in's request models take every field the recorded calls send (no 400 for an unknown field)."""
-    from fireflash.engines.serve import _DistributedUpdate, _InitGroup, _Pause
+    from fireflash.engines.serve_bodies import _DistributedUpdate, _InitGroup, _Pause
 
     for path, body in example("update_weights_from_distributed.json")["calls"]:
         if path == "/update_weights_from_distributed":
