@@ -132,6 +132,7 @@ class ServerFleet:
         raise last
 
     def lost_message(self) -> str:
+        """``EnginesLost``'s message: each dead server's reason, or that the restarts are spent."""
         why = "; ".join(f"server {i}: {e}" for i, e in self.errors) or "their restarts are spent"
         return f"every engine server died (runtime.ray.max_worker_restarts = {self.max_restarts}): {why}"
 
