@@ -22,7 +22,7 @@ from fireflash.engines.vllm_serve import generation_defaults, vllm_standin
 from fireflash.models import build_tiny_model
 from fireflash.protocols import GenerateRequest, SamplingParams
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.servers import connect_local_trainer
+from fireflash.runtime.local_server import connect_local_trainer
 from fireflash.training.config import TrainerConfig
 from fireflash.training.trainer import Trainer
 

@@ -17,7 +17,7 @@ from fireflash.engines.sglang import SGLangEngine
 from fireflash.models import build_tiny_model
 from fireflash.protocols import GenerateRequest, SamplingParams
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.runtime.servers import DiskSyncedEngine, connect_local_trainer
+from fireflash.runtime.local_server import DiskSyncedEngine, connect_local_trainer
 from fireflash.training.config import TrainerConfig
 from fireflash.training.fsdp import free_port
 from fireflash.training.trainer import Trainer

@@ -77,7 +77,8 @@ def train_command(
     from fireflash.cli.train import check_train_config, check_training, describe_plan, run_training
     from fireflash.models import ModelNotFound
     from fireflash.runtime.placement import PlacementError
-    from fireflash.runtime.ray_backend import RayUnavailable, WorkersLost
+    from fireflash.runtime.ray_backend import RayUnavailable
+    from fireflash.runtime.ray_workers import WorkersLost
     from fireflash.sandbox import SandboxUnavailable
     from fireflash.tracking import RunDirInUse
     from fireflash.training.checkpoint import CheckpointError

@@ -206,7 +206,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
     cursor: dict[str, Any] | None = trainer.restore(run_dir / "checkpoints") if resume else None
     engine = make_engine(cfg.engine.model_copy(update={"num_threads": engine_threads}), str(start_dir))
     if cfg.engine.kind in ("sglang", "vllm"):  # a server: new weights reach it through a group or a directory
-        from fireflash.runtime.servers import connect_local_trainer
+        from fireflash.runtime.local_server import connect_local_trainer
 
         engine = await connect_local_trainer(
             engine, trainer, cfg.engine.weight_sync, run_dir / "weights", cfg.engine.weight_sync_timeout_sec

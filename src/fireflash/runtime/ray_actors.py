@@ -30,7 +30,8 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome, ParentPool, scored_attempt
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.local import BusyMeter, MeteredEngine
-from fireflash.runtime.servers import TrainerWeightSender, connect_engine, save_weights
+from fireflash.runtime.server_weights import TrainerWeightSender, save_weights
+from fireflash.runtime.servers import connect_engine
 from fireflash.sandbox.config import SandboxConfig
 from fireflash.training.config import TrainerConfig
 

@@ -5,7 +5,7 @@
       finish_group ◄── AttemptOutcome ──────    (max_inflight_attempts spread over the workers)
       complete groups → ray.put ───────────►  TrainerWorker × W: train_step (stale turns masked)
       in-process engines: WeightPublisher: rank 0's state dict → object store → every RolloutWorker.update_weights
-      engine servers (servers.py): EngineServerWorker × E; each attempt goes to the least-loaded healthy server;
+      engine servers (server_fleet.py): EngineServerWorker × E; each attempt goes to the least-loaded healthy server;
         ServerWeightSync: trainer rank 0 ══ weight-update group (or an HF directory) ══► every server, version + 1
 
 The semantics are the local backend's, from the same code: the loop is ``runtime.loop.RLLoop`` (slots, steps,
@@ -19,14 +19,8 @@ costs its in-flight attempts one try each: Ray restarts it (up to ``max_worker_r
 retries the attempts (on any live worker) and sends the restarted worker the newest weights before its
 first attempt. Metrics rows are the loop's, so ``fireflash report`` reads a Ray run like a local one.
 
-With engine servers (``build_server``, or ``engine_urls`` of servers started elsewhere) the rollout workers
-hold no engine: each attempt is routed to the healthy server with the fewest attempts in flight and the
-worker samples through that server's client. After every step the trainer ranks push the new weights to every
-server (``ServerWeightSync``: one broadcast from rank 0 through a weight-update group, or an HF directory the
-servers load), and each result carries the version the server reports. A server that dies costs its in-flight
-attempts one try each (retried on another server, or on it once it is back): Ray restarts its actor (up to
-``max_worker_restarts``), which launches the server again; the driver forms a new weight-update group with it
-and sends it the newest weights before it gets attempts again.
+With engine servers the rollout workers hold no engine: routing, weight pushes and recovery are
+``server_fleet.ServerFleet``'s.
 
 Simplifications, named: the trainer role is not restarted (a dead trainer ends the run; ``--resume``
 continues from the last checkpoint); the in-process publisher ships full state dicts through the object
@@ -42,7 +36,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,24 +55,15 @@ from fireflash.runtime.ray_actors import (
     TrainerBuilder,
     TrainerWorker,
 )
-from fireflash.runtime.servers import (
-    EngineServer,
-    EngineServerWorker,
-    EnginesLost,
-    ServerBuilder,
-    ServerClient,
-    ServerState,
-    ServerWeightSync,
-)
+from fireflash.runtime.ray_workers import WeightPublisher, WorkersLost, WorkerView, ping_until_back
+from fireflash.runtime.server_fleet import EngineServer, ServerFleet
+from fireflash.runtime.server_weights import ServerWeightSync
+from fireflash.runtime.servers import EngineServerWorker, EnginesLost, ServerBuilder, ServerClient
 from fireflash.tracking import MetricsWriter
 
 
 class RayUnavailable(RuntimeError):
     """``runtime.backend = "ray"`` but Ray is not installed."""
-
-
-class WorkersLost(RuntimeError):
-    """Every rollout worker died for good (its restarts spent, or it could not be built)."""
 
 
 @dataclass
@@ -88,61 +73,6 @@ class TrainerProgress:
     step: int = 0
     weight_version: int = 0
 
-
-@dataclass
-class _Worker:
-    """The driver's view of one rollout worker actor."""
-
-    handle: Any
-    index: int
-    pid: int = 0  # process id of the incarnation last seen; a new one means Ray restarted it
-    version: int = 0  # weight version its engine holds; -1 after a restart
-    inflight: int = 0
-    alive: bool = True
-    restarts: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-class WeightPublisher:
-    """Trainer rank 0 → every rollout worker: one state dict in the object store, then a version bump.
-
-    Keeps the newest weights' reference so that a restarted worker catches up before its next attempt.
-    """
-
-    def __init__(self) -> None:
-        self.ref: Any = None
-        self.version = 0
-
-    async def publish(
-        self, trainers: Sequence[Any], workers: Sequence[_Worker], version: int
-    ) -> list[tuple[_Worker, BaseException]]:
-        """Send rank 0's weights as ``version`` to every live worker; returns the workers that died meanwhile."""
-        refs = [t.state_dict.remote() for t in trainers]  # every rank: a sharded trainer gathers collectively
-        self.ref, self.version = refs[0], version
-        live = [w for w in workers if w.alive]
-        results = await asyncio.gather(*(self.catch_up(w) for w in live), return_exceptions=True)
-        await asyncio.gather(*refs[1:])
-        return _actor_failures(live, results)
-
-    async def catch_up(self, w: _Worker) -> None:
-        """Bring ``w``'s engine to the newest published version (nothing when it has it already)."""
-        async with w.lock:
-            if self.ref is not None and w.alive and w.version != self.version:
-                await w.handle.update_weights.remote(self.ref, self.version)
-                w.version = self.version
-
-
-def _actor_failures(workers: Sequence[_Worker], results: Sequence[Any]) -> list[tuple[_Worker, BaseException]]:
-    """Pairs of (worker, actor error) from gathered results; any other exception is a bug and is raised."""
-    from ray.exceptions import RayActorError
-
-    failed = []
-    for w, r in zip(workers, results):
-        if isinstance(r, RayActorError):
-            failed.append((w, r))
-        elif isinstance(r, BaseException):
-            raise r
-    return failed
 
 
 class RayRuntime(LoopStateView):
@@ -222,24 +152,24 @@ class RayRuntime(LoopStateView):
             max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
         )
         self.trainer = TrainerProgress()
-        self.workers: list[_Worker] = []
+        self.workers: list[WorkerView] = []
         self.trainers: list[Any] = []
         self.publisher = WeightPublisher()
         self.actor_errors = 0  # attempt tries lost to dead rollout workers, whole run
         self.build_server, self.engine_urls = build_server, list(engine_urls)
-        self.servers: list[EngineServer] = []  # engine servers (none when engines live in the workers)
-        self.server_sync: ServerWeightSync | None = None
+        server_sync: ServerWeightSync | None = None
         if not placement.engines_in_workers:
             assert connect_server is not None
-            self.server_sync = ServerWeightSync(
+            server_sync = ServerWeightSync(
                 weight_sync, connect_server, ranks_per_server=max(placement.gpus_per_engine, 1),
                 backend="nccl" if placement.gpus_per_engine else "gloo", weights_dir=self.run_dir / "weights",
                 timeout_sec=weight_sync_timeout_sec,
             )
-        self._servers_changed = asyncio.Condition()  # a server went up, down or dead
-        self._sync_lock = asyncio.Lock()  # one weight-update group operation at a time
-        self._recoveries: set[asyncio.Task[None]] = set()
-        self.server_errors: list[tuple[int, str]] = []  # (server index, why it is out for good)
+        # engine servers (none when engines live in the workers)
+        self.fleet = ServerFleet(
+            server_sync, max_restarts=max_worker_restarts, start_timeout_sec=engine_start_timeout_sec,
+            version=lambda: self.trainer.weight_version, forget=self._forget_server,
+        )
         self.engine_start_timeout_sec = engine_start_timeout_sec
         self._busy_seen: dict[tuple[int, int], float] = {}  # (worker, pid) → engine busy seconds last read
         self._pg: Any = None
@@ -278,16 +208,16 @@ class RayRuntime(LoopStateView):
                 num_cpus=p.cpus_per_engine, num_gpus=p.gpus_per_engine, max_restarts=self.max_restarts,
                 max_task_retries=0,
             )
-            self.servers = [EngineServer(i, server_cls.remote(self.build_server, i)) for i in range(launched)]
+            self.fleet.servers = [EngineServer(i, server_cls.remote(self.build_server, i)) for i in range(launched)]
         elif not p.engines_in_workers:
-            self.servers = [EngineServer(i, url=u, state="joining") for i, u in enumerate(self.engine_urls)]
+            self.fleet.servers = [EngineServer(i, url=u, state="joining") for i, u in enumerate(self.engine_urls)]
         rollout_gpus = p.gpus_per_engine if p.engines_in_workers else 0
         worker_cls = ray.remote(RolloutWorker).options(
             num_cpus=p.cpus_per_rollout_worker, num_gpus=rollout_gpus, max_restarts=self.max_restarts,
             max_task_retries=0, scheduling_strategy="SPREAD",
         )
         self.workers = [
-            _Worker(worker_cls.remote(self.build_rollout, i, self.harness, self.hang_margin_sec,
+            WorkerView(worker_cls.remote(self.build_rollout, i, self.harness, self.hang_margin_sec,
                                       p.cpus_per_rollout_worker), i)
             for i in range(p.rollout_workers)
         ]
@@ -305,6 +235,7 @@ class RayRuntime(LoopStateView):
             ).remote(self.build_trainer, rank, p.trainer_workers, p.cpus_per_trainer_worker)
             for rank in range(p.trainer_workers)
         ]
+        self.fleet.trainers = self.trainers
         async with asyncio.timeout(self.start_timeout_sec):
             addr, port = await self.trainers[0].address.remote()
             progress = await asyncio.gather(*(t.setup.remote(addr, port) for t in self.trainers))
@@ -334,8 +265,8 @@ class RayRuntime(LoopStateView):
             self.trainer.step, self.trainer.weight_version = await self.trainers[0].progress.remote()
         self.loop.load_cursor(cursor)
         if self.servers:  # form the weight-update group (and tag a resumed run's weights with their version)
-            async with self._sync_lock:
-                await self._sync_servers()
+            async with self.fleet.lock:
+                await self.fleet.push_weights()
         elif self.trainer.weight_version:  # engines were built from the checkpoint's weights: tag them
             await self._publish()
 
@@ -343,143 +274,22 @@ class RayRuntime(LoopStateView):
         for w, e in await self.publisher.publish(self.trainers, self.workers, self.trainer.weight_version):
             await self._recover(w, e)
 
-    # ---- engine servers -----------------------------------------------------------------------------
+    @property
+    def servers(self) -> list[EngineServer]:
+        """The engine servers (``fleet.servers``; empty when the engines live in the rollout workers)."""
+        return self.fleet.servers
 
-    async def _set_state(self, s: EngineServer, state: ServerState) -> None:
-        s.state = state
-        async with self._servers_changed:
-            self._servers_changed.notify_all()
+    async def _forget_server(self, url: str) -> None:
+        """Every live rollout worker drops its client of the server that was at ``url``."""
+        await asyncio.gather(*(w.handle.forget_server.remote(url) for w in self.workers if w.alive),
+                             return_exceptions=True)
 
-    async def _sync_servers(self) -> None:
-        """Push the trainer's current weights, tagged with its version, to every server that is up or rejoining.
-
-        Call with ``_sync_lock`` held: the trainer takes no step meanwhile, so the weights sent are the version's.
-        Members are pinged first; one that fails during the update is dropped (and recovered in the background)
-        and the group is formed anew without it. Servers that took the update are 'up' (they get attempts).
-
-        Raises:
-            EnginesLost: every server died for good.
-            Exception: the update failed ``len(servers) + 1`` times with every member answering pings (the last error).
-        """
-        assert self.server_sync is not None and self._sync_lock.locked()
-        last: Exception | None = None
-        for _ in range(len(self.servers) + 1):
-            for s in [s for s in self.servers if s.state in ("up", "joining")]:
-                await self._check_server(s)
-            members = [s for s in self.servers if s.state in ("up", "joining")]
-            if not members:
-                if all(s.state == "dead" for s in self.servers):
-                    raise EnginesLost(self._lost_message())
-                return  # they are restarting; each one syncs itself when it is back
-            if all(s.state == "up" and s.synced_version == self.trainer.weight_version for s in members):
-                return  # a recovery between the step and its publish already sent these weights to every member
-            urls = [s.url for s in members]
-            try:
-                await self.server_sync.join(self.trainers, urls)
-                await self.server_sync.publish(self.trainers, urls, self.trainer.weight_version)
-            except Exception as e:  # noqa: BLE001 - a member died mid-update: find it, drop it, try again
-                last = e
-                self.server_sync.reset()
-                continue
-            for s in members:
-                s.synced_version = self.trainer.weight_version
-                if s.state == "joining":
-                    await self._set_state(s, "up")
-            return
-        assert last is not None
-        raise last
-
-    def _lost_message(self) -> str:
-        why = "; ".join(f"server {i}: {e}" for i, e in self.server_errors) or "their restarts are spent"
-        return f"every engine server died (runtime.ray.max_worker_restarts = {self.max_restarts}): {why}"
-
-    async def _check_server(self, s: EngineServer) -> None:
-        """Ping ``s``; if it died or was restarted, mark it down and recover it in the background."""
-        from ray.exceptions import RayActorError
-
-        if s.handle is None or s.state in ("down", "dead"):
-            return  # an external server is not managed; a down one is already being recovered
-        known = s.pid
-        try:
-            async with asyncio.timeout(30):
-                pid, _ = await s.handle.ping.remote()
-        except (RayActorError, TimeoutError):
-            pid = -1
-        # several failed attempts check at once: only the first to see the change recovers the server
-        if pid == known or s.pid != known or s.state in ("down", "dead"):
-            return
-        await self._set_state(s, "down")
-        task = asyncio.create_task(self._recover_server(s))
-        self._recoveries.add(task)
-        task.add_done_callback(self._recoveries.discard)
-
-    async def _recover_server(self, s: EngineServer) -> None:
-        """Wait for Ray to restart ``s`` (its actor launches the server again), then rejoin and catch it up.
-
-        A server that does not come back within ``engine_start_timeout_sec``, or whose recovery fails in any other
-        way, is 'dead' and the error is kept for the message ``EnginesLost`` gives once none is left.
-        """
-        from ray.exceptions import ActorUnavailableError
-
-        assert self.server_sync is not None
-        try:
-            old = s.url
-            await self.server_sync.forget(old)
-            await asyncio.gather(*(w.handle.forget_server.remote(old) for w in self.workers if w.alive),
-                                 return_exceptions=True)
-            try:
-                async with asyncio.timeout(self.engine_start_timeout_sec):
-                    while True:
-                        try:
-                            pid, url = await s.handle.ping.remote()
-                            break
-                        except ActorUnavailableError:  # restarting
-                            await asyncio.sleep(0.5)
-            except TimeoutError:
-                raise TimeoutError(
-                    f"not back within runtime.ray.engine_start_timeout_sec = {self.engine_start_timeout_sec:g} s"
-                ) from None
-            if pid != s.pid:  # a ping that timed out on a live server brings back the same process
-                s.restarts += 1
-            s.pid, s.url = pid, url
-            await self._set_state(s, "joining")
-            backoff = 1.0
-            while s.state == "joining":  # until it took an update, or died again (then another recovery runs)
-                try:
-                    async with self._sync_lock:
-                        await self._sync_servers()
-                except EnginesLost:
-                    raise
-                except Exception:  # noqa: BLE001 - every member answers but the update failed: wait, try again
-                    await asyncio.sleep(backoff)
-                    backoff = min(2 * backoff, 30.0)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - out for good (ActorDiedError included); EnginesLost says why if none is left
-            self.server_errors.append((s.index, f"{type(e).__name__}: {e}"))
-            await self._set_state(s, "dead")
-
-    async def _pick_server(self) -> EngineServer:
-        """The 'up' server with the fewest attempts in flight; waits while none is up.
-
-        Raises:
-            EnginesLost: every server died for good.
-        """
-        async with self._servers_changed:
-            await self._servers_changed.wait_for(
-                lambda: any(s.state == "up" for s in self.servers) or all(s.state == "dead" for s in self.servers)
-            )
-        up = [s for s in self.servers if s.state == "up"]
-        if not up:
-            raise EnginesLost(self._lost_message())
-        return min(up, key=lambda s: (s.inflight, s.index))
-
-    async def _recover(self, w: _Worker, error: BaseException) -> None:
+    async def _recover(self, w: WorkerView, error: BaseException) -> None:
         """After ``w`` failed a call: wait for its restart (newest weights before its next attempt) or retire it."""
         async with w.lock:
             if not w.alive:
                 return
-            pid = await self._ping_until_back(w)
+            pid = await ping_until_back(w, self.start_timeout_sec)
             if pid is None:
                 w.alive = False
                 if not any(x.alive for x in self.workers):
@@ -491,21 +301,7 @@ class RayRuntime(LoopStateView):
             if pid != w.pid:
                 w.pid, w.version, w.restarts = pid, -1, w.restarts + 1
 
-    async def _ping_until_back(self, w: _Worker) -> int | None:
-        """``w``'s process id once it answers, or None if it died for good (or stayed away too long)."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError
-
-        try:
-            async with asyncio.timeout(self.start_timeout_sec):
-                while True:
-                    try:
-                        return await w.handle.ping.remote()
-                    except ActorUnavailableError:  # restarting: Ray answers this until the new process is up
-                        await asyncio.sleep(0.2)
-        except (ActorDiedError, TimeoutError):  # died with no restart left (or its constructor failed)
-            return None
-
-    def _pick(self) -> _Worker:
+    def _pick(self) -> WorkerView:
         live = [w for w in self.workers if w.alive]
         if not live:
             raise WorkersLost(f"no rollout worker is alive (runtime.ray.max_worker_restarts = {self.max_restarts})")
@@ -530,10 +326,7 @@ class RayRuntime(LoopStateView):
                 await asyncio.gather(*(w.handle.close.remote() for w in live), return_exceptions=True)
         except TimeoutError:
             pass  # killing the actor below ends its sandboxes' processes too
-        for task in self._recoveries:
-            task.cancel()
-        if self.server_sync is not None:
-            await self.server_sync.close()
+        await self.fleet.close()
         launched = [s.handle for s in self.servers if s.handle is not None]
         try:
             async with asyncio.timeout(60):
@@ -556,7 +349,7 @@ class RayRuntime(LoopStateView):
         while len(errors) <= self.max_retries:
             # with engine servers the driver retries (each try may go to another server), so the worker tries once;
             # the server first: it may have to wait for one to be up, and the workers' loads change meanwhile
-            server = await self._pick_server() if self.servers else None
+            server = await self.fleet.pick() if self.servers else None
             w = self._pick()
             w.inflight += 1
             if server is not None:
@@ -587,7 +380,7 @@ class RayRuntime(LoopStateView):
                     server.inflight -= 1
             if server is not None and outcome.lost:  # the try failed: was it the server?
                 errors.extend(outcome.errors)
-                await self._check_server(server)
+                await self.fleet.check(server)
                 continue
             outcome.tries += len(errors)
             outcome.errors[:0] = errors
@@ -603,15 +396,15 @@ class RayRuntime(LoopStateView):
         groups_ref = ray.put(groups)  # one copy in the object store, read by every trainer rank
         # with engine servers, the lock: a recovering server's catch-up never sends the weights of a step still
         # running (the driver would tag them with the version before it); after the step it sends the new ones
-        async with self._sync_lock if self.servers else contextlib.nullcontext():
+        async with self.fleet.lock if self.servers else contextlib.nullcontext():
             results = await asyncio.gather(*(t.train_step.remote(groups_ref) for t in self.trainers))
             metrics, self.trainer.step, self.trainer.weight_version = results[0]
         return metrics
 
     async def publish_weights(self) -> None:
         if self.servers:
-            async with self._sync_lock:
-                await self._sync_servers()
+            async with self.fleet.lock:
+                await self.fleet.push_weights()
         else:
             await self._publish()
 
