@@ -257,3 +257,32 @@ def test_the_stdlibs_optional_imports_never_reach_the_workdir(tmp_path):
     checks = "import os\nfrom pathlib import Path\n\ndef test_not_imported():\n    assert Path('.').exists() and not os.path.exists('imported')\n"
     _, results = run(tmp_path, "", checks)
     assert results == {"test_not_imported": True}
+
+
+def test_subclasses_of_plain_types_cross_as_the_plain_value(tmp_path):
+    # a str or int subclass whose __eq__ says yes, alone or nested in a list or dict: only its value crosses
+    module = """
+        class S(str):
+            def __eq__(self, other): return True
+            __hash__ = str.__hash__
+        class I(int):
+            def __eq__(self, other): return True
+            __hash__ = int.__hash__
+        def f(): return S("wrong")
+        def g(): return I(5)
+        def h(): return [S("x"), {"k": I(1)}]
+        def right(): return [S("y"), {"k": I(2)}]
+    """
+    checks = """
+        from mymod import f, g, h, right
+        def test_f():
+            assert f() == "right"
+        def test_g():
+            assert g() == 7
+        def test_h():
+            assert h() == ["y", {"k": 2}]
+        def test_right():
+            assert right() == ["y", {"k": 2}]
+    """
+    _, results = run(tmp_path, module, checks)
+    assert results == {"test_f": False, "test_g": False, "test_h": False, "test_right": True}
