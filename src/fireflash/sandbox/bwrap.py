@@ -89,7 +89,8 @@ from fireflash.sandbox.disks import remove_stale as remove_stale_disks
 from fireflash.sandbox.errors import SandboxError, SandboxUnavailable
 from fireflash.sandbox.identity import HOME, USER, Identity, host_identity, image_identity
 from fireflash.sandbox.layers import Layer, build_image_skeleton, build_skeleton, build_task_layer
-from fireflash.sandbox.rootfs import host_ids_in_range, image_rootfs
+from fireflash.sandbox.rootfs import host_ids_in_range, hold_rootfs
+from fireflash.sandbox.rootfs_cache import RootfsHold
 from fireflash.sandbox.slots import SlotPool
 
 T = TypeVar("T")
@@ -165,6 +166,7 @@ class BwrapBackend:
         self._tool: ContainerTool | None = None
         self._rootfs: dict[str, tuple[Layer, Layer | None]] = {}  # image → (its rootfs, its mount points)
         self._rootfs_locks: dict[str, asyncio.Lock] = {}
+        self._rootfs_holds: list[RootfsHold] = []  # keep this backend's exports from eviction until close
         self.sandboxes: set[BwrapSandbox] = set()
         self.tasks: set[asyncio.Task] = set()  # background starts of pre-forked children
         self._parents: dict[str, BwrapSandbox] = {}
@@ -337,9 +339,12 @@ class BwrapBackend:
                 if self._tool is None:
                     self._tool = find_tool(self.cfg.image_builder)
                 cache = Path(self.cfg.image_rootfs_dir or Path(cache_root()) / "images" / "rootfs")
-                path = await loop.run_in_executor(
-                    None, image_rootfs, self._tool, image, cache, self.cfg.image_uid_base
+                cap_bytes = int(self.cfg.rootfs_cache_gb * 1e9)
+                hold = await loop.run_in_executor(
+                    None, hold_rootfs, self._tool, image, cache, self.cfg.image_uid_base, cap_bytes
                 )
+                self._rootfs_holds.append(hold)
+                path = hold.path
             except SandboxError as e:  # the tool missing, the image unknown, an export failing
                 kind = SandboxUnavailable if isinstance(e, SandboxUnavailable) else SandboxError
                 raise kind(f"parent {name!r}: image {image}: {e}") from None
@@ -406,6 +411,9 @@ class BwrapBackend:
         for pool in self._io.values():
             pool.shutdown(wait=True)
         self._io.clear()
+        for hold in self._rootfs_holds:
+            hold.release()
+        self._rootfs_holds.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def rlimits(self, env: TaskEnvironment) -> list:

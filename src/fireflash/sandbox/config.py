@@ -135,6 +135,14 @@ class SandboxConfig(BaseModel):
         description="Where image root filesystems are exported, one directory per image (about the image's size); "
         "None: $FIREFLASH_CACHE/images/rootfs (default ~/.cache/fireflash/images/rootfs). Not on tmpfs: they stay.",
     )
+    rootfs_cache_gb: float = Field(
+        40.0,
+        ge=0,
+        description="Disk cap of image_rootfs_dir in GB (10^9 bytes; hard-linked files counted once): after each new "
+        "export the least recently used exports no running backend holds are removed until it fits; 0 = no cap. "
+        "40 holds ~100 distinct 350 MB bases plus thousands of deduplicated task images on one base, a sixth of a "
+        "250 GB disk.",
+    )
 
     @field_validator("ro_binds")
     @classmethod

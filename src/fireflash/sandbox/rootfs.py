@@ -22,6 +22,7 @@ The directory is never written through a sandbox (overlay lowers are read-only);
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -30,6 +31,8 @@ from pathlib import Path
 
 from fireflash.sandbox.containers import ContainerCommandFailed, ContainerTool, ContainerToolMissing
 from fireflash.sandbox.errors import SandboxError
+from fireflash.sandbox.rootfs_cache import RootfsHold, hold_export, pick_reference, record_and_evict, write_sidecar
+from fireflash.sandbox.rootfs_dedup import dedup_tree, disk_bytes
 
 IMAGE_IDS = 65536
 """uids (and gids) 0..65535 of an image map onto host ids ``uid_base .. uid_base + 65535``."""
@@ -80,16 +83,42 @@ def shift_ownership(root: Path, uid_base: int) -> int:
     return count
 
 
+def image_facts(tool: ContainerTool, ref: str) -> tuple[str, list[str]]:
+    """Id (sha256 hex) and layer digests (``RootFS.Layers``, base first) of local image ``ref``.
+
+    Raises:
+        ContainerCommandFailed: ``ref`` is not a local image.
+    """
+    data = json.loads(tool.run("image", "inspect", ref))[0]
+    return data["Id"].removeprefix("sha256:"), list((data.get("RootFS") or {}).get("Layers") or [])
+
+
 def image_rootfs(
     tool: ContainerTool, ref: str, cache_dir: Path, uid_base: int, timeout_sec: float = 1800.0
 ) -> Path:
     """The root filesystem of local image ``ref`` as a directory owned from ``uid_base`` up, exported on first use.
 
+    Holds nothing: the export may be evicted by a later one (``hold_rootfs`` is what sandboxes use).
+    Raises what ``hold_rootfs`` raises.
+    """
+    hold = hold_rootfs(tool, ref, cache_dir, uid_base, timeout_sec=timeout_sec)
+    hold.release()
+    return hold.path
+
+
+def hold_rootfs(
+    tool: ContainerTool, ref: str, cache_dir: Path, uid_base: int, cap_bytes: int = 0, timeout_sec: float = 1800.0
+) -> RootfsHold:
+    """The root filesystem of local image ``ref`` (exported, deduplicated and recorded on first use), held.
+
+    While the returned hold is open (``RootfsHold.release``) no FireFlash process evicts the export.
     Concurrent callers are safe: each exports into its own temporary directory and the first rename wins.
 
     Args:
         cache_dir: parent of the per-image directories (FireFlash's: ``<cache>/images/rootfs``).
         uid_base: host uid (and gid) the image's root becomes (``sandbox.image_uid_base``).
+        cap_bytes: after a new export, unheld exports are evicted, least recently used first, until the
+            cache's disk bytes are at most this (``sandbox.rootfs_cache_gb``); 0: never.
         timeout_sec: limit of the export, seconds.
 
     Raises:
@@ -99,10 +128,27 @@ def image_rootfs(
     """
     if tool.kind == "buildah":
         raise ContainerToolMissing("buildah cannot export an image's files; install podman (make setup does)")
-    target = rootfs_dir(tool.inspect(ref).id, cache_dir, uid_base)
-    if target.is_dir():
-        return target
+    image_id, layers = image_facts(tool, ref)
+    target = rootfs_dir(image_id, cache_dir, uid_base)
     target.parent.mkdir(parents=True, exist_ok=True)
+    hold = hold_export(target)
+    if hold is None:
+        raise SandboxError(f"{target}: evicted three times while waiting for its lock; is another process looping?")
+    try:
+        if not target.is_dir():
+            added = _export(tool, ref, target, layers, uid_base, timeout_sec)
+            if added is not None:
+                write_sidecar(target, image_id, layers, uid_base)
+                record_and_evict(cache_dir, added, cap_bytes)
+    except BaseException:
+        hold.release()
+        raise
+    return hold
+
+
+def _export(tool: ContainerTool, ref: str, target: Path, layers: list[str], uid_base: int,
+            timeout_sec: float) -> int | None:
+    """Export ``ref`` into ``target``; the disk bytes it added, or None if another process's export won."""
     for stale in target.parent.glob(f"{target.name}.tmp-*"):  # an export killed halfway
         pid = stale.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
@@ -130,15 +176,22 @@ def image_rootfs(
                                          (export_err + untar.stderr).strip())
         os.chmod(tmp, 0o755)
         shift_ownership(tmp, uid_base)
+        ref_hold = pick_reference(target.parent, layers, uid_base, exclude=target)
+        try:
+            added = dedup_tree(tmp, ref_hold.path)[0] if ref_hold else disk_bytes([tmp])
+        finally:
+            if ref_hold:
+                ref_hold.release()
         try:
             tmp.rename(target)
         except OSError:  # another process finished first: use its copy
             if not target.is_dir():
                 raise
+            return None
+        return added
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(tool.argv("rm", "-f", container), capture_output=True, timeout=120, check=False)
-    return target
 
 
 def host_ids_in_range(uid_base: int, passwd: Path = Path("/etc/passwd"), subuid: Path = Path("/etc/subuid")) -> list[str]:
