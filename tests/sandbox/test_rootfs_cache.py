@@ -1,4 +1,4 @@
-"""Deduplicated rootfs exports and the cache's cap (issue 30), on plain directories: no image, no podman.
+"""Deduplicated rootfs exports and the cache's cap (issue 30), from tar streams of plain directories: no podman.
 
 Run as root (as CI does): the trees carry the shifted owners of real exports.
 """
@@ -6,10 +6,13 @@ Run as root (as CI does): the trees carry the shifted owners of real exports.
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import shutil
 import stat
+import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,14 +20,15 @@ import pytest
 from fireflash.sandbox.rootfs_cache import (
     evict, hold_export, lock_path, pick_reference, record_and_evict, write_sidecar,
 )
-from fireflash.sandbox.rootfs_dedup import dedup_tree, disk_bytes, freed_bytes
+from fireflash.sandbox.rootfs import shift_ownership
+from fireflash.sandbox.rootfs_dedup import disk_bytes, extract_deduplicated, freed_bytes
 
 BASE = 1_000_000_000
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chowns files to the shifted ids of an export")
 MTIME_NS = 1_700_000_000_123_456_789
 
 
-def _file(path: Path, data: bytes, mode: int = 0o644, uid: int = BASE, mtime_ns: int = MTIME_NS) -> Path:
+def _file(path: Path, data: bytes, mode: int = 0o644, uid: int = 0, mtime_ns: int = MTIME_NS) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     os.chmod(path, mode)
@@ -33,12 +37,14 @@ def _file(path: Path, data: bytes, mode: int = 0o644, uid: int = BASE, mtime_ns:
     return path
 
 
-def _export(root: Path, extra: dict[str, bytes] | None = None) -> Path:
-    """A small rootfs: what every image on the base holds, plus ``extra`` (path → bytes)."""
+def _image(root: Path, extra: dict[str, bytes] | None = None) -> Path:
+    """An image's files, owned as in the image: what every image on the base holds, plus ``extra``."""
     _file(root / "usr/lib/libc.so", b"\x7fELF" + b"c" * 40_000, 0o755)
     _file(root / "usr/bin/python3", b"\x7fELF" + b"p" * 20_000, 0o755)
     os.link(root / "usr/bin/python3", root / "usr/bin/python3.11")  # the image's own hard link
+    _file(root / "usr/bin/su", b"setuid", 0o4755)
     _file(root / "etc/os-release", b"ID=debian\n")
+    _file(root / "home/agent/.bashrc", b"PS1=x\n", uid=1000)
     (root / "lib").symlink_to("usr/lib")
     for rel, data in (extra or {}).items():
         _file(root / rel, data)
@@ -46,6 +52,25 @@ def _export(root: Path, extra: dict[str, bytes] | None = None) -> Path:
         for d in dirs:
             os.utime(os.path.join(parent, d), ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
     return root
+
+
+def _tar(root: Path) -> io.BytesIO:
+    out = subprocess.run(["tar", "-c", "--format=posix", "--numeric-owner", "--xattrs", "-C", str(root), "."],
+                         capture_output=True, check=True).stdout
+    return io.BytesIO(out)
+
+
+def _finish(tree: Path, uid_base: int) -> None:
+    os.chmod(tree, 0o755)
+    shift_ownership(tree, uid_base)
+
+
+def _export(dest: Path, image: Path, ref: Path | None = None) -> tuple[int, int]:
+    """``image`` exported into ``dest`` (deduplicated against export ``ref``): (added bytes, files linked)."""
+    dest.mkdir(parents=True)
+    added, linked, errors = extract_deduplicated(_tar(image), dest, ref, BASE, _finish, 60)
+    assert errors == ""
+    return added, linked
 
 
 def _meta(root: Path) -> dict[str, tuple]:
@@ -67,69 +92,98 @@ def _ino(path: Path) -> int:
 
 
 def test_identical_files_are_linked_and_differing_ones_kept_apart(tmp_path):
-    a = _export(tmp_path / "a", {"app/same.py": b"x = 1\n", "app/mod.py": b"return a < b\n"})
-    b = _export(tmp_path / "b", {"app/same.py": b"x = 1\n", "app/mod.py": b"return a > b\n"})  # equal size
-    added, linked = dedup_tree(b, a)
-    assert _ino(b / "usr/lib/libc.so") == _ino(a / "usr/lib/libc.so")
-    assert _ino(b / "app/same.py") == _ino(a / "app/same.py")
+    a, b = tmp_path / "a", tmp_path / "b"
+    _export(a, _image(tmp_path / "ia", {"app/same.py": b"x = 1\n", "app/mod.py": b"return a < b\n"}))
+    added, linked = _export(b, _image(tmp_path / "ib", {"app/same.py": b"x = 1\n", "app/mod.py": b"return a > b\n"}), a)
+    for shared in ("usr/lib/libc.so", "app/same.py", "usr/bin/su", "home/agent/.bashrc", "etc/os-release"):
+        assert _ino(b / shared) == _ino(a / shared), shared
     assert _ino(b / "app/mod.py") != _ino(a / "app/mod.py")  # same size, mode, owner, mtime; other bytes
     assert (b / "app/mod.py").read_bytes() == b"return a > b\n"
-    assert linked == 3  # libc, os-release, same.py; the image's own hard link is left as it was
-    assert _ino(b / "usr/bin/python3") == _ino(b / "usr/bin/python3.11") != _ino(a / "usr/bin/python3")
+    # the image's own hard link is linked whole: both names one inode, that of a's
+    assert _ino(b / "usr/bin/python3") == _ino(b / "usr/bin/python3.11") == _ino(a / "usr/bin/python3")
+    assert linked == 7
     assert added == disk_bytes([a, b]) - disk_bytes([a])  # what b costs on top of a, each inode once
 
 
 @pytest.mark.parametrize("change", ["mode", "owner", "mtime", "xattr"])
 def test_a_file_differing_only_in_metadata_is_not_linked(tmp_path, change):
-    a = _export(tmp_path / "a", {"app/f": b"same"})
-    b = _export(tmp_path / "b", {"app/f": b"same"})
-    f = b / "app/f"
+    a, b = tmp_path / "a", tmp_path / "b"
+    _export(a, _image(tmp_path / "ia", {"app/f": b"same"}))
+    image = _image(tmp_path / "ib", {"app/f": b"same"})
+    f = image / "app/f"
     if change == "mode":
         os.chmod(f, 0o600)
     elif change == "owner":
-        os.chown(f, BASE + 1000, BASE + 1000)
+        os.chown(f, 1000, 1000)
     elif change == "mtime":
         os.utime(f, ns=(MTIME_NS + 1, MTIME_NS + 1))  # one nanosecond: .pyc checks read it
     else:
         os.setxattr(f, "user.fireflash", b"1")
-    dedup_tree(b, a)
-    assert _ino(f) != _ino(a / "app/f")
+    _export(b, image, a)
+    assert _ino(b / "app/f") != _ino(a / "app/f")
+    assert _ino(b / "usr/lib/libc.so") == _ino(a / "usr/lib/libc.so")
 
 
 def test_dedup_keeps_every_entrys_metadata(tmp_path):
-    a = _export(tmp_path / "a", {"app/same.py": b"x = 1\n"})
-    b = _export(tmp_path / "b", {"app/same.py": b"x = 1\n", "app/new.py": b"y = 2\n"})
-    before = _meta(b)
-    assert dedup_tree(b, a)[1] > 0
-    assert _meta(b) == before  # directory mtimes included (linking writes the directories)
+    a, b, plain = tmp_path / "a", tmp_path / "b", tmp_path / "plain"
+    _export(a, _image(tmp_path / "ia", {"app/same.py": b"x = 1\n"}))
+    image = _image(tmp_path / "ib", {"app/same.py": b"x = 1\n", "app/new.py": b"y = 2\n"})
+    _export(plain, image)
+    assert _export(b, image, a)[1] > 0
+    assert _meta(b) == _meta(plain)  # directory mtimes included (linking writes the directories)
 
 
 def test_a_symlink_in_the_reference_is_never_followed(tmp_path):
     """A reference whose /usr/lib is a symlink out of it (absolute, as images may have) links nothing there."""
-    outside = _file(tmp_path / "host/lib/libc.so", b"\x7fELF" + b"c" * 40_000, 0o755)
-    os.utime(outside.parent, ns=(MTIME_NS, MTIME_NS))
+    outside = _file(tmp_path / "host/lib/libc.so", b"\x7fELF" + b"c" * 40_000, 0o755, uid=BASE)
     a = tmp_path / "a"
     (a / "usr").mkdir(parents=True)
     (a / "usr/lib").symlink_to(outside.parent)
-    b = _export(tmp_path / "b")
-    dedup_tree(b, a)
-    assert os.lstat(b / "usr/lib/libc.so").st_nlink == 1 and os.lstat(outside).st_nlink == 1
+    _export(tmp_path / "b", _image(tmp_path / "ib"), a)
+    assert os.lstat(tmp_path / "b/usr/lib/libc.so").st_nlink == 1 and os.lstat(outside).st_nlink == 1
+
+
+def test_an_image_cannot_redirect_a_link_through_its_own_symlink(tmp_path):
+    """An image whose tar puts a file in a directory, then replaces the directory by a symlink out."""
+    a = tmp_path / "a"
+    _export(a, _image(tmp_path / "ia", {"x/f": b"same"}))
+    image = _image(tmp_path / "ib", {"x/f": b"same"})
+    stream = _tar(image)
+    with tarfile.open(fileobj=stream) as t:
+        last = t.getmembers()[-1]
+        end = last.offset_data + -(-last.size // 512) * 512
+    (tmp_path / "host").mkdir()
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "x").symlink_to(tmp_path / "host")
+    tail = subprocess.run(["tar", "-c", "--format=posix", "-C", str(evil), "x"], capture_output=True,
+                          check=True).stdout
+    (tmp_path / "b").mkdir()
+    try:
+        _, _, errors = extract_deduplicated(io.BytesIO(stream.getvalue()[:end] + tail), tmp_path / "b", a, BASE,
+                                            _finish, 60)
+    except OSError as e:  # the link step refuses the symlinked directory
+        errors = str(e)
+    assert errors
+    assert list((tmp_path / "host").iterdir()) == []
 
 
 def test_removing_one_export_leaves_the_other_intact(tmp_path):
-    a = _export(tmp_path / "a", {"app/same.py": b"x = 1\n"})
-    b = _export(tmp_path / "b", {"app/same.py": b"x = 1\n"})
+    a, b = tmp_path / "a", tmp_path / "b"
+    _export(a, _image(tmp_path / "ia", {"app/same.py": b"x = 1\n"}))
+    _export(b, _image(tmp_path / "ib", {"app/same.py": b"x = 1\n"}), a)
     before = _meta(b)
-    dedup_tree(b, a)
-    assert freed_bytes(a) == os.lstat(a).st_blocks * 512 + sum(  # only what b does not share
-        os.lstat(a / p).st_blocks * 512 for p in ("usr", "usr/lib", "usr/bin", "etc", "app", "usr/bin/python3", "lib"))
+    assert freed_bytes(a) == disk_bytes([a]) - sum(  # only what b does not share
+        os.lstat(a / p).st_blocks * 512 for p in ("usr/lib/libc.so", "usr/bin/python3", "usr/bin/su",
+                                                  "etc/os-release", "home/agent/.bashrc", "app/same.py"))
     shutil.rmtree(a)
     assert _meta(b) == before
     assert (b / "usr/lib/libc.so").read_bytes()[:4] == b"\x7fELF" and (b / "app/same.py").read_text() == "x = 1\n"
 
 
 def _cached(cache: Path, name: str, layers: list[str], used: float, extra: dict[str, bytes] | None = None) -> Path:
-    export = _export(cache / f"{name * 32}-u{BASE}", extra)
+    export = cache / f"{name * 32}-u{BASE}"
+    _export(export, _image(cache / f"image-{name}", extra))
     write_sidecar(export, name * 64, layers, BASE)
     hold_export(export).release()
     os.utime(lock_path(export), (used, used))
@@ -179,9 +233,8 @@ def test_an_export_shared_by_links_counts_once_and_frees_only_its_own_bytes(tmp_
     record_and_evict(tmp_path, 0, 0)
     b = tmp_path / f"{'b' * 32}-u{BASE}"
     hold = hold_export(b)
-    tmp = _export(tmp_path / "b.tmp", {"app/x": b"2"})
-    added, _ = dedup_tree(tmp, a)
-    tmp.rename(b)
+    added, _ = _export(tmp_path / "b.tmp", _image(tmp_path / "image-b", {"app/x": b"2"}), a)
+    (tmp_path / "b.tmp").rename(b)
     record_and_evict(tmp_path, added, 0)
     usage = json.loads((tmp_path / "usage.json").read_text())["bytes"]
     assert usage == disk_bytes([a, b]) < disk_bytes([a]) + disk_bytes([b])

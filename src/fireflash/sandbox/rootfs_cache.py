@@ -11,7 +11,7 @@ Next to each export directory ``<name>`` lie ``<name>.lock`` and ``<name>.json``
   mtime is the export's last use (touched by every hold), the order of least-recently-used eviction. An
   export without one (made before this file existed) counts as used at time 0.
 - ``<name>.json``: the image's layer digests (``RootFS.Layers``), by which a new export picks its
-  reference for ``rootfs_dedup.dedup_tree``.
+  reference for ``rootfs_dedup.extract_deduplicated``.
 
 ``usage.json`` holds the disk bytes of all exports, each inode counted once: a new export adds what it does
 not share, an eviction subtracts what it frees (``rootfs_dedup.freed_bytes``), so no eviction walks the
