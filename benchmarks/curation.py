@@ -41,7 +41,6 @@ import math
 import random
 import statistics
 import sys
-from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
