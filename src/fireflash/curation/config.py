@@ -54,8 +54,9 @@ class CurationConfig(BaseModel):
     )
     early_stop_signal_probability: float = Field(
         0.05, gt=0, lt=1, description="Cancel when P(the group has signal | the task's state and its finished "
-        "attempts) is below this (the expected share of cancelled groups that would have had signal is at most it "
-        "when attempts finish in an order unrelated to their outcome)."
+        "attempts) is below this. Of the cancelled groups, the share that would have had signal stays below it when "
+        "attempts finish in an order unrelated to their outcome, and reaches about it when unsolved attempts run "
+        "1.5x longer (benchmarks/curation.py)."
     )
     early_stop_min_finished_attempts: int = Field(
         2, ge=1, description="Finished attempts of the group itself needed before it may be cancelled: the evidence "
