@@ -254,3 +254,13 @@ def test_an_eviction_waits_for_no_one_and_a_hold_after_it_sees_the_export_gone(t
     hold = hold_export(a)  # a new lock file: held, but the caller finds no export and makes it again
     assert not a.exists() and hold is not None
     hold.release()
+
+
+def test_a_truncated_stream_fails_at_once_with_or_without_a_reference(tmp_path):
+    a = tmp_path / "a"
+    _export(a, _image(tmp_path / "ia"))
+    stream = _tar(_image(tmp_path / "ib")).getvalue()
+    for n, ref in enumerate((a, None)):  # GNU tar itself exits 0 on a stream cut inside a file's data
+        (tmp_path / f"b{n}").mkdir()
+        with pytest.raises(tarfile.ReadError):  # rootfs.py reports it as the export failing
+            extract_deduplicated(io.BytesIO(stream[:3000]), tmp_path / f"b{n}", ref, BASE, _finish, 5)

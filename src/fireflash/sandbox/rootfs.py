@@ -45,7 +45,9 @@ from pathlib import Path
 
 from fireflash.sandbox.containers import ContainerCommandFailed, ContainerTool, ContainerToolMissing
 from fireflash.sandbox.errors import SandboxError
-from fireflash.sandbox.rootfs_cache import RootfsHold, hold_export, pick_reference, record_and_evict, write_sidecar
+from fireflash.sandbox.rootfs_cache import (
+    RootfsHold, hold_export, pick_reference, record_and_evict, sidecar_path, write_sidecar,
+)
 from fireflash.sandbox.rootfs_dedup import extract_deduplicated
 
 IMAGE_IDS = 65536
@@ -154,6 +156,8 @@ def hold_rootfs(
             if added is not None:
                 write_sidecar(target, image_id, layers, uid_base)
                 record_and_evict(cache_dir, added, cap_bytes)
+        elif not sidecar_path(target).is_file():  # exported before sidecars existed: now a reference too
+            write_sidecar(target, image_id, layers, uid_base)
     except BaseException:
         hold.release()
         raise

@@ -214,10 +214,8 @@ def extract_deduplicated(
         reference = _Reference(ref, uid_base) if ref is not None else None
         left_out: dict[str, tuple[str, str | int]] = {}
         try:
-            if reference is None:
-                shutil.copyfileobj(src, untar.stdin, 1 << 20)
-            else:
-                left_out = filter_tar(src, untar.stdin, reference)
+            # parsed even without a reference: a stream cut short raises here, where tar would exit 0
+            left_out = filter_tar(src, untar.stdin, reference)
             untar.stdin.close()
         except BrokenPipeError:  # tar stopped early: its error says why
             pass
