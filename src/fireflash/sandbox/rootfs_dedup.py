@@ -37,6 +37,7 @@ from fireflash.sandbox import linux
 
 BLOCK = 512
 MAX_COMPARED_BYTES = 256 << 20  # a larger file is written, not held in memory to be compared
+MAX_LINKS = 60_000  # ext4 allows 65,000 links to an inode; a file shared that widely is written again
 _PLAIN_PAX = {"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"}
 _DATA_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE, tarfile.GNUTYPE_SPARSE}
 TAR_EXTRACT = ["tar", "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--exclude=dev/*"]
@@ -97,6 +98,7 @@ class _Reference:
             st = os.fstat(fd)
             if not (
                 stat.S_ISREG(st.st_mode) and st.st_ino not in self.used and st.st_size == len(data)
+                and st.st_nlink < MAX_LINKS
                 and stat.S_IMODE(st.st_mode) == info.mode & 0o7777 and st.st_mtime_ns == mtime_ns
                 and (st.st_uid, st.st_gid) == (self.uid_base + uid, self.uid_base + gid) and not os.listxattr(fd)
             ):
