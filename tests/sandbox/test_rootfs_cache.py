@@ -17,10 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from fireflash.sandbox.rootfs_cache import (
-    evict, hold_export, lock_path, pick_reference, record_and_evict, write_sidecar,
-)
 from fireflash.sandbox.rootfs import shift_ownership
+from fireflash.sandbox.rootfs_cache import (
+    evict,
+    hold_export,
+    lock_path,
+    pick_reference,
+    record_and_evict,
+    write_sidecar,
+)
 from fireflash.sandbox.rootfs_dedup import disk_bytes, extract_deduplicated, freed_bytes
 
 BASE = 1_000_000_000

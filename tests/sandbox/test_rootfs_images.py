@@ -17,7 +17,7 @@ import pytest
 from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig
 from fireflash.sandbox.containers import find_tool
-from fireflash.sandbox.rootfs import hold_rootfs, image_rootfs
+from fireflash.sandbox.rootfs import image_rootfs
 from fireflash.sandbox.rootfs_cache import record_and_evict
 from fireflash.sandbox.rootfs_dedup import disk_bytes
 

@@ -89,7 +89,7 @@ from fireflash.sandbox.disks import remove_stale as remove_stale_disks
 from fireflash.sandbox.errors import SandboxError, SandboxUnavailable
 from fireflash.sandbox.identity import HOME, USER, Identity, host_identity, image_identity
 from fireflash.sandbox.layers import Layer, build_image_skeleton, build_skeleton, build_task_layer
-from fireflash.sandbox.rootfs import host_ids_in_range, hold_rootfs
+from fireflash.sandbox.rootfs import hold_rootfs, host_ids_in_range
 from fireflash.sandbox.rootfs_cache import RootfsHold
 from fireflash.sandbox.slots import SlotPool
 

@@ -46,7 +46,12 @@ from pathlib import Path
 from fireflash.sandbox.containers import ContainerCommandFailed, ContainerTool, ContainerToolMissing
 from fireflash.sandbox.errors import SandboxError
 from fireflash.sandbox.rootfs_cache import (
-    RootfsHold, hold_export, pick_reference, record_and_evict, sidecar_path, write_sidecar,
+    RootfsHold,
+    hold_export,
+    pick_reference,
+    record_and_evict,
+    sidecar_path,
+    write_sidecar,
 )
 from fireflash.sandbox.rootfs_dedup import extract_deduplicated
 

@@ -27,10 +27,10 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from fireflash.sandbox.rootfs_dedup import disk_bytes, freed_bytes
 

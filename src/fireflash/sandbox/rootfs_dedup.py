@@ -29,9 +29,10 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from fireflash.sandbox import linux
 
