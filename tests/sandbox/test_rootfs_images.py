@@ -8,6 +8,7 @@ most of it three exports of ~190 MB.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -18,7 +19,7 @@ from fireflash.protocols import TaskEnvironment
 from fireflash.sandbox import SandboxConfig
 from fireflash.sandbox.containers import find_tool
 from fireflash.sandbox.rootfs import image_rootfs
-from fireflash.sandbox.rootfs_cache import record_and_evict
+from fireflash.sandbox.rootfs_cache import record_and_evict, sidecar_path
 from fireflash.sandbox.rootfs_dedup import disk_bytes
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.images]
@@ -77,6 +78,13 @@ def test_the_second_export_shares_the_base_and_keeps_every_entrys_metadata(image
     assert os.lstat(plain / "usr/bin/bash").st_nlink == 1
     assert _meta(two) == _meta(plain)
     assert disk_bytes([one, two]) < disk_bytes([one]) + disk_bytes([plain]) // 10
+
+
+def test_an_export_made_before_sidecars_gets_one_when_used(images, exports, cache):
+    one, _ = exports
+    sidecar_path(one).unlink()
+    assert image_rootfs(find_tool("auto"), images[0], cache, BASE) == one
+    assert json.loads(sidecar_path(one).read_text())["layers"][0].startswith("sha256:")  # a reference again
 
 
 @pytest.fixture(scope="module")
