@@ -89,7 +89,7 @@ class RayRuntime(LoopStateView):
         build_server: for engine servers (``placement.engines_in_workers`` False): starts server i inside its
             actor (``servers.ServerBuilder``, e.g. ``servers.launch_engine_server``); Ray restarts it when it dies.
         engine_urls: instead of ``build_server``, servers started elsewhere (used as they are, never restarted).
-        connect_server: ``url → client`` (``SGLangEngine``) the driver pushes weights through.
+        connect_server: ``url → client`` (``SGLangEngine``, ``VLLMEngine``) the driver pushes weights through.
         weight_sync: 'collective' (one broadcast from trainer rank 0 through a weight-update group: NCCL on GPUs,
             gloo on CPU) or 'disk' (an HF directory under ``run_dir/weights`` that every server loads).
         weight_sync_timeout_sec: a server that does not join the group, or a transfer that stalls, fails after this.
@@ -163,7 +163,7 @@ class RayRuntime(LoopStateView):
             server_sync = ServerWeightSync(
                 weight_sync, connect_server, ranks_per_server=max(placement.gpus_per_engine, 1),
                 backend="nccl" if placement.gpus_per_engine else "gloo", weights_dir=self.run_dir / "weights",
-                timeout_sec=weight_sync_timeout_sec,
+                timeout_sec=weight_sync_timeout_sec, protocol=placement.engine_kind,
             )
         # engine servers (none when engines live in the workers)
         self.fleet = ServerFleet(
