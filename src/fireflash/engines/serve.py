@@ -29,9 +29,12 @@ The subset of SGLang's native API it implements, with exactly the shapes ``SGLan
 What it does not do: text prompts (no tokenizer: send ``input_ids``), batched requests (a list of prompts, or
 ``n`` > 1: send one request per prompt), streaming, prompt logprobs (``logprob_start_len`` other than -1),
 sampling features FireFlash engines lack (top_k, min_p, penalties, stop strings, grammars: a non-neutral value
-is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal input. Weight failures answer
-400 ``{"success": false, "message"}`` as SGLang's do; a bad ``/generate`` body answers 400
-``{"detail": [{"loc": ["body", field...], "msg"}]}``, the field ``http.JSONClient`` names.
+is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal input. Error bodies are SGLang's
+(``http_server.py``): weight failures answer 400 ``{"success": false, "message"}``; a bad body (``/generate``,
+``/pause_generation``) answers 400 with SGLang's ``ErrorResponse`` at the top level (``validation_exception_handler``:
+``{"object": "error", "message", "type", "param", "code"}``; FireFlash fills ``param`` with the field path, which
+``http.JSONClient`` names); a request the engine refuses answers 400 ``{"error": {"message"}}``
+(``_create_error_response``, as for SGLang's tokenizer manager's ``ValueError``).
 
 Where it behaves as SGLang (the client depends on each; recorded examples: tests/engines/contracts/):
 
@@ -90,7 +93,8 @@ from fireflash.engines.serve_bodies import (
     _JSON,
     BadRequest,
     _Body,
-    _detail,
+    _bad_request,
+    _engine_error,
     _DiskUpdate,
     _DistributedUpdate,
     _GroupName,
@@ -139,10 +143,10 @@ def build_app(
         try:
             g, req = _parse_generate(await _json(request), eos_token_ids)
         except BadRequest as e:
-            return _detail(e.loc, str(e))
+            return _bad_request(e.loc, str(e))
         except ValidationError as e:
             err = e.errors()[0]
-            return _detail(tuple(err["loc"]), err["msg"], err["type"])
+            return _bad_request(tuple(err["loc"]), err["msg"])
         await service.resumed.wait()  # a paused server holds new requests until /continue_generation
         task = asyncio.ensure_future(engine.generate([req]))
         service.in_flight.add(task)
@@ -155,12 +159,11 @@ def build_app(
             res = GenerateResult(request_id=req.request_id, token_ids=[], logprobs=[], topk_ids=[], topk_logprobs=[],
                                  finish_reason="abort", weight_version=engine.weight_version)
         except ValueError as e:  # LocalEngine: empty prompt, id outside the vocabulary, prompt too long
-            return _detail(("input_ids",), str(e))
+            return _engine_error(str(e))  # SGLang's answer to its tokenizer manager's ValueError
         except Exception as e:  # noqa: BLE001 - the client gets the engine's reason, not a bare 500
             from fireflash.engines.local import EngineClosed
 
-            status = 503 if isinstance(e, EngineClosed) else 500
-            return _JSON({"error": {"message": f"{type(e).__name__}: {e}"}}, status_code=status)
+            return _engine_error(f"{type(e).__name__}: {e}", 503 if isinstance(e, EngineClosed) else 500)
         finally:
             service.in_flight.discard(task)
             service.aborted.discard(task)
@@ -278,9 +281,9 @@ def build_app(
         try:
             mode = _Pause.model_validate(await _json(request)).mode
         except (BadRequest, ValidationError) as e:
-            return _detail(("mode",), str(e))
-        if mode not in ("abort", "retract", "in_place"):
-            return _detail(("mode",), f"mode {mode!r}: SGLang accepts 'abort', 'retract' or 'in_place'")
+            return _bad_request(("mode",), str(e))
+        if mode not in ("abort", "retract", "in_place"):  # io_struct.PauseGenerationReqInput.__post_init__
+            return _bad_request(("mode",), f"Invalid mode: {mode!r}. Expected one of ['abort', 'retract', 'in_place'].")
         service.resumed.clear()
         service.paused = True
         if mode == "abort":  # tokenizer_manager.pause_generation: abort every request, return once none runs

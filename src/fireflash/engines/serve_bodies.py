@@ -114,8 +114,21 @@ class BadRequest(ValueError):
         self.loc = loc
 
 
-def _detail(loc: tuple[Any, ...], message: str, kind: str = "value_error") -> JSONResponse:
-    return _JSON({"detail": [{"loc": ["body", *loc], "msg": message, "type": kind}]}, status_code=400)
+def _bad_request(loc: tuple[Any, ...], message: str) -> JSONResponse:
+    """A body that fails validation, as SGLang answers it: 400 with its OpenAI-style ``ErrorResponse`` at the top level
+    (``http_server.py`` ``validation_exception_handler``, which turns FastAPI's 422 ``{"detail"}`` into this;
+    ``entrypoints/openai/protocol.py`` ``ErrorResponse``: object, message, type, param, code). SGLang leaves ``param``
+    null; FireFlash puts the field path there (the same shape), which ``http.JSONClient`` names."""
+    field = ".".join(map(str, loc))
+    return _JSON({"object": "error", "message": f"{field}: {message}" if field else message, "type": "Bad Request",
+                  "param": field or None, "code": 400}, status_code=400)
+
+
+def _engine_error(message: str, status: int = 400) -> JSONResponse:
+    """A request the engine refused, as SGLang answers a ``ValueError`` from its tokenizer manager:
+    ``{"error": {"message"}}`` (``http_server.py`` ``_create_error_response``, 400; FireFlash answers an engine failure
+    that is not the request's fault with 500 / 503, so the client retries it)."""
+    return _JSON({"error": {"message": message}}, status_code=status)
 
 
 def _refused(message: str) -> JSONResponse:
