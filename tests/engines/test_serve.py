@@ -185,6 +185,46 @@ def test_pause_abort_ends_in_flight_requests_and_holds_new_ones():
     assert {r.finish_reason for r in later} <= {"stop", "length"}
 
 
+def test_pause_retract_resumes_turns_on_the_new_weights_and_reports_spans():
+    """Issue 31, the recipe's pause mode (configs/cluster.toml): SGLang's 'retract' sends running requests back to the
+    waiting queue; after /continue_generation they are prefilled again and sample on under the weights installed
+    meanwhile, and the answer lists meta_info.weight_versions spans. The stand-in used to finish them on the old
+    weights (a single version): the trainer never met a turn that spans two."""
+    new_model = build_tiny_model(VOCAB, seed=7)
+    prompt, n = [4, 5, 6], 800  # long enough to be running at the pause on a fast machine
+
+    async def main(url, engine):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            body = {"input_ids": prompt, "rid": "turn", "return_logprob": True, "top_logprobs_num": 0,
+                    "logprob_start_len": -1, "sampling_params": {"temperature": 1.0, "max_new_tokens": n,
+                                                                 "ignore_eos": True, "no_stop_trim": True}}
+            running = asyncio.ensure_future(http.post("/generate", json=body))
+            await asyncio.sleep(0.3)
+            assert (await http.post("/pause_generation", json={"mode": "retract"})).status_code == 200
+            await engine.update_weights(new_model.state_dict(), 1)  # what a paused weight route installs
+            await asyncio.sleep(0.2)
+            assert not running.done()  # retracted, not aborted: it waits for continue
+            await http.post("/continue_generation")
+            return (await running).json()
+
+    engine = _engine()
+    with _served(engine) as server:
+        answer = asyncio.run(main(server.url, engine))
+    meta, ids = answer["meta_info"], answer["output_ids"]
+    assert len(ids) == n and meta["finish_reason"]["type"] == "length"
+    (old, new) = meta["weight_versions"]
+    assert (old["version"], old["start"], new["version"], new["end"]) == ("0", 0, "1", n)
+    assert 0 < old["end"] == new["start"] < n and meta["weight_version"] == "1"
+    # the tokens after the retract are the new model's: their logprobs are its, with every earlier token as context
+    k = new["start"]
+    with torch.no_grad():
+        logq = torch.log_softmax(new_model(torch.tensor([prompt + ids[:-1]])).logits[0, len(prompt) - 1:].float(), -1)
+    expected = logq.gather(1, torch.tensor(ids)[:, None])[:, 0]
+    got = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
+    torch.testing.assert_close(got[k:], expected[k:], atol=1e-4, rtol=0)
+    assert not torch.allclose(got[:k], expected[:k], atol=1e-4)  # the old model sampled the first stretch
+
+
 # ───────────────────────────── bad requests ─────────────────────────────
 
 GOOD = {"input_ids": [5, 6], "rid": "r", "return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1,

@@ -83,8 +83,10 @@ class EngineConfig(BaseModel):
         "abort",
         description="HTTP engines: what pause() does to in-flight requests. SGLang: 'abort' | 'retract' | "
         "'in_place'; vLLM: 'abort' | 'wait' | 'keep'. 'abort' returns them with finish_reason 'abort' and "
-        "the tokens sampled so far, all on the old weight version. A vLLM weight update's own pause is always "
-        "'wait' (running turns finish on the old weights).",
+        "the tokens sampled so far, all on the old weight version (SGLang's own default). SGLang's 'retract' sends "
+        "them back to its queue and recomputes them on the new weights (a turn then spans two versions, the oldest "
+        "counting for staleness): what configs/cluster.toml uses, so an update costs no attempt; 'in_place' is refused "
+        "with flush_cache. A vLLM weight update's own pause is always 'wait' (running turns finish on the old weights).",
     )
     served_model_name: str | None = Field(
         None, description="vLLM: the `model` field of completion requests; None asks /v1/models."
