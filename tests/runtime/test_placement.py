@@ -9,7 +9,7 @@ from fireflash.cli import app
 from fireflash.config import ConfigError, load_config
 from fireflash.engines.config import EngineConfig
 from fireflash.runtime.config import RayConfig
-from fireflash.cli.train import describe_plan
+from fireflash.cli.train import check_train_config, describe_plan
 from fireflash.runtime.placement import PlacementError, plan_placement
 
 pytestmark = pytest.mark.unit
@@ -91,6 +91,11 @@ def test_vllm_servers_are_placed_on_ray_with_the_same_checks_as_sglang():
     cpu = plan_placement(RayConfig(), EngineConfig(kind="vllm", url="http://h:8000", server="fireflash",
                                                    args={"weight_transfer_config": {"backend": "gloo"}}), 8)
     assert "vLLM's weight-transfer group (gloo, 1 rank(s) per server)" in cpu.describe()[-1]
+    # by config, as fireflash train --dry-run reads it: the training checks pass and the plan places vLLM servers
+    cfg = load_config(None, ["runtime.backend=ray", "engine.kind=vllm", "runtime.ray.num_nodes=1",
+                             "runtime.ray.gpus_per_node=8", "runtime.max_inflight_attempts=16"])
+    check_train_config(cfg)
+    assert "4 × vllm × 1 GPU" in describe_plan(cfg)
 
 
 def test_more_rollout_workers_than_attempts_is_a_config_error():
