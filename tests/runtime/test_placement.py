@@ -87,6 +87,8 @@ def test_vllm_servers_are_placed_on_ray_with_the_same_checks_as_sglang():
         plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm", weight_sync="disk"), 16)
     with pytest.raises(PlacementError, match="vLLM stand-in runs in process only"):
         plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm", server="fireflash"), 16)
+    with pytest.raises(PlacementError, match="without GPUs .* vLLM's weight transfer is NCCL"):
+        plan_placement(RayConfig(), EngineConfig(kind="vllm"), 8)
     # a CPU cluster: vLLM servers started elsewhere (the stand-in), over the gloo stand-in of vLLM's group
     cpu = plan_placement(RayConfig(), EngineConfig(kind="vllm", url="http://h:8000", server="fireflash",
                                                    args={"weight_transfer_config": {"backend": "gloo"}}), 8)

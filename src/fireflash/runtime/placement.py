@@ -104,6 +104,11 @@ def _check_vllm(engine: EngineConfig, gpus: int) -> None:
             check_launchable(engine)
         except ValueError as e:
             raise PlacementError(str(e)) from None
+    if not gpus and not engine.url:
+        raise PlacementError(
+            "engine.kind = 'vllm' on a cluster without GPUs (runtime.ray.gpus_per_node = 0): vLLM's weight transfer is "
+            "NCCL; give the cluster's GPUs, or use engine.kind = 'sglang' with engine.server = 'fireflash' on CPU nodes"
+        )
     if engine.weight_sync != "collective":
         raise PlacementError("engine.kind = 'vllm' takes new weights only through its weight-transfer group: use "
                              "engine.weight_sync = 'collective'")
