@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from fireflash.cli.train import _mix_caption
 from fireflash.curation.config import CurationConfig
 from fireflash.curation.mix import SourceMix
 from fireflash.protocols import Score, Segment, Task, Trajectory
@@ -120,6 +121,8 @@ def test_a_resumed_scheduler_continues_the_same_groups_and_draws():
     straight = issue(scheduler(), 40)
     first = scheduler()
     head = issue(first, 17)
+    with pytest.raises(ValueError, match="needs the queued groups' task ids"):
+        first.cursor([3])  # ids alone cannot say which source's order a queued group came from
     state = json.loads(json.dumps({"cursor": first.cursor({}), "mix": first.mix.state_dict()}))
     resumed = scheduler(state["cursor"], state["mix"])
     rest = issue(resumed, 40)
@@ -151,3 +154,4 @@ def test_both_backends_hand_the_mix_to_the_shared_loop(tmp_path):
     for runtime in (local, ray):
         assert runtime.loop.mix is not None and runtime.loop.mix.weights == WEIGHTS
         assert runtime.loop.scheduler.mix is runtime.loop.mix
+    assert _mix_caption(local) == " · mix: agentic 0 drawn (target 52%), swe 0 drawn (target 48%)"  # the live view

@@ -41,7 +41,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt),
+            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt) + _mix_caption(rt),
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
@@ -77,6 +77,14 @@ def _curation_caption(runtime: Any) -> str:
     if sampler is None:
         return ""
     return f" · curation: {len(sampler.retired)} retired, {sampler.total['readmitted']} re-probes"
+
+
+def _mix_caption(runtime: Any) -> str:
+    """The live view's groups drawn per mix source, with each one's target share (issue 30); empty without a mix."""
+    mix = getattr(getattr(runtime, "loop", None), "mix", None)
+    if mix is None:
+        return ""
+    return " · mix: " + ", ".join(f"{s} {mix.drawn[s]} drawn (target {mix.weights[s]:.0%})" for s in mix.sources)
 
 
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
