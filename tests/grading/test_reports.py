@@ -85,6 +85,20 @@ def test_junit_key_and_matching():
     }
 
 
+def test_parametrised_ids_with_colons_and_dots_match_their_cases():
+    # boltons' test_urlutils ids (issue 30): "::" and "." inside the parameters split the id before, so every
+    # such case counted as failed and a correct reference scored 0 for a broken PASS_TO_PASS
+    ids = ["tests/test_urlutils.py::test_roundtrip[https://[::101.45.75.219]:80/?hi=bye]",
+           "tests/test_urlutils.py::test_roundtrip[ldap://[::192.9.5.5]/dc=example,dc=com??sub?(sn=Jensen)]",
+           "tests/test_urlutils.py::TestX::test_y[1.5-a::b]"]
+    results = [CheckResult("tests.test_urlutils.test_roundtrip[https://[::101.45.75.219]:80/?hi=bye]", True),
+               CheckResult("tests.test_urlutils.test_roundtrip[ldap://[::192.9.5.5]/dc=example,dc=com??sub?(sn=Jensen)]",
+                           False),
+               CheckResult("test_urlutils.TestX.test_y[1.5-a::b]", True)]
+    assert junit_key(ids[0]) == "tests.test_urlutils.test_roundtrip[https://[::101.45.75.219]:80/?hi=bye]"
+    assert match_checks(ids, results) == {ids[0]: True, ids[1]: False, ids[2]: True}
+
+
 def test_ambiguous_match_counts_as_failed():
     results = [CheckResult("a.test_x", True), CheckResult("b.test_x", True)]
     assert match_checks(["test_x"], results) == {"test_x": False}

@@ -106,11 +106,21 @@ def parse_junit(data: bytes) -> list[CheckResult]:
 
 
 def junit_key(test_id: str) -> str:
-    """A pytest node id → the dotted key JUnit uses: ``tests/test_a.py::TestX::test_y`` → ``tests.test_a.TestX.test_y``."""
-    path, _, rest = test_id.partition("::")
+    """A pytest node id → the dotted key JUnit uses: ``tests/test_a.py::TestX::test_y`` → ``tests.test_a.TestX.test_y``.
+
+    Parameters (``test_y[...]``) are kept verbatim: they may hold ``::`` or dots (``test_q[https://[::1]:80/]``).
+    """
+    head, params = _split_params(test_id)
+    path, _, rest = head.partition("::")
     module = path.removesuffix(".py")
     module = module.strip("/").replace("/", ".")
-    return ".".join(p for p in [module, *rest.split("::")] if p)
+    return ".".join(p for p in [module, *rest.split("::")] if p) + params
+
+
+def _split_params(text: str) -> tuple[str, str]:
+    """(``test_y``, ``[...]``): a node id or dotted key and its parametrisation (from the first ``[``; ``""``: none)."""
+    i = text.find("[")
+    return (text, "") if i < 0 else (text[:i], text[i:])
 
 
 def match_checks(expected_ids: Iterable[str], results: list[CheckResult]) -> dict[str, bool]:
@@ -129,8 +139,16 @@ def match_checks(expected_ids: Iterable[str], results: list[CheckResult]) -> dic
 
 
 def _suffix_match(a: str, b: str) -> bool:
-    short, long = sorted((a.split("."), b.split(".")), key=len)
+    short, long = sorted((_components(a), _components(b)), key=len)
     return long[len(long) - len(short) :] == short
+
+
+def _components(key: str) -> list[str]:
+    """A dotted key's components; dots and ``::`` inside its parametrisation do not split it."""
+    head, params = _split_params(key)
+    parts = head.split(".")
+    parts[-1] += params
+    return parts
 
 
 def declared_checks(tests_dir: Path | None) -> list[str]:

@@ -4,7 +4,9 @@
 (what was issued, what finished) that a checkpoint saves, so ``--resume`` re-issues exactly the groups
 that had not reached the trainer. ``finish_group`` turns a group's outcomes into a ``Group`` with
 advantages, or says why it carries nothing: lost to infrastructure (an attempt was lost after its
-retries) or zero signal (every R' equal, or no attempt sampled a token).
+retries) or zero signal (every R' equal, or no attempt sampled a token). ``cancel_if_doomed`` closes a group
+early when the sampler's early-stop rule says its finished attempts already decide it (issue 29): the loop
+then cancels its attempts still running, and their outcomes, if any arrive, are ignored.
 """
 
 from __future__ import annotations
@@ -116,8 +118,11 @@ class GroupScheduler:
         return Slot(gid, task, 0)
 
     def record(self, slot: Slot, outcome: AttemptOutcome) -> list[AttemptOutcome] | None:
-        """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in."""
-        p = self.pending[slot.group_id]
+        """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in. An attempt of
+        a group already closed by ``cancel_if_doomed`` (it finished as its cancellation was asked) is dropped."""
+        p = self.pending.get(slot.group_id)
+        if p is None:
+            return None
         p.outcomes.append(outcome)
         if len(p.outcomes) < self.group_size:
             return None
@@ -125,6 +130,28 @@ class GroupScheduler:
         if slot.group_id in self._reissue:
             self._reissue.remove(slot.group_id)
         return sorted(p.outcomes, key=lambda o: o.attempt_id)
+
+    def cancel_if_doomed(self, group_id: int) -> int | None:
+        """Close open group ``group_id`` if the sampler's early-stop rule (``TaskSampler.doomed``) says its
+        finished attempts decide it carries no signal: no more of its attempts are issued, the sampler counts it
+        (``settle`` with ``unfinished``) and a checkpoint no longer re-issues it.
+
+        Returns:
+            The attempts left unfinished (running, which the caller cancels, or never issued); None when the
+            group stays open (no sampler, a lost attempt among the finished ones, or the rule says no).
+        """
+        p = self.pending.get(group_id)
+        if self.sampler is None or p is None or any(o.lost for o in p.outcomes):
+            return None
+        finished = [(o.score.solved, o.score.reward) for o in p.outcomes]
+        if not self.sampler.doomed(p.task.id, finished):
+            return None
+        del self.pending[group_id]
+        if group_id in self._reissue:
+            self._reissue.remove(group_id)
+        unfinished = self.group_size - len(p.outcomes)
+        self.sampler.settle(group_id, p.task.id, finished, unfinished=unfinished)
+        return unfinished
 
     def settle(self, group_id: int, task_id: str, outcomes: Sequence[AttemptOutcome]) -> None:
         """Tell the sampler how a complete group went (a group with a lost attempt says nothing of the task)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -108,6 +108,8 @@ class RolloutStats:
     groups_done: int = 0
     groups_zero_signal: int = 0
     groups_lost: int = 0
+    groups_cancelled: int = 0  # closed early by the early-stop rule (issue 29); also counted zero-signal
+    cancelled_attempts: int = 0  # attempts running when their group was cancelled, stopped unfinished
 
     def add(self, o: AttemptOutcome) -> None:
         self.attempts += 1
@@ -131,6 +133,8 @@ class RolloutStats:
             "rollout/aborted_tries": float(self.aborted_tries),
             "groups/done": float(self.groups_done),
             "groups/lost_to_infrastructure": float(self.groups_lost),
+            "groups/cancelled": float(self.groups_cancelled),
+            "rollout/cancelled_attempts": float(self.cancelled_attempts),
         }
         if graded := len(self.rewards):
             out |= {
@@ -154,10 +158,13 @@ async def settle_attempt(
     discard_zero_signal: bool,
     stats: Sequence[RolloutStats],
     trajectories_dir: Path | None,
+    cancel_group: Callable[[int], int] | None = None,
 ) -> None:
     """After an attempt: count it, save its trajectory (a lost one: its last failed or aborted try's, as
     ``aNN.failed.json``), and once its group is complete, judge the group (advantages, zero signal, lost) and
-    queue it for the trainer when it trains."""
+    queue it for the trainer when it trains. A group the early-stop rule closes before it is complete
+    (``GroupScheduler.cancel_if_doomed``) counts as zero-signal and cancelled; ``cancel_group(group_id)``
+    cancels its attempts still running and returns how many."""
     for s in stats:
         s.add(outcome)
     if trajectories_dir is not None and outcome.trajectory is not None:
@@ -170,6 +177,14 @@ async def settle_attempt(
         await asyncio.to_thread(outcome.failed_trajectories[-1].save, path)
     complete = scheduler.record(slot, outcome)
     if complete is None:
+        if scheduler.cancel_if_doomed(slot.group_id) is not None:
+            stopped = cancel_group(slot.group_id) if cancel_group is not None else 0
+            for s in stats:
+                s.groups_done += 1
+                s.groups_zero_signal += 1
+                s.groups_cancelled += 1
+                s.cancelled_attempts += stopped
+            queue.closed_without_training()
         return
     verdict = finish_group(slot.task.id, complete, objective, discard_zero_signal)
     scheduler.settle(slot.group_id, slot.task.id, complete)  # the task's pass-rate state (online curation)
@@ -250,6 +265,7 @@ class RLLoop:
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
         self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
+        self._attempts: dict[int, set[asyncio.Task[AttemptOutcome]]] = {}  # group id → its attempts running
         self.entropy_history: list[float] = []  # mean entropy of every step of the run, resumed ones included
         self.history: list[dict[str, float]] = []
         self.skipped_steps = 0  # batches refused by the trainer since the last row
@@ -330,15 +346,36 @@ class RLLoop:
                 await self._generate.wait()
                 continue
             slot = self.scheduler.next_slot()
+            # a task of its own, so an early stop can cancel this attempt and not the loop: the backends'
+            # cancellation path (scored_attempt closes the sandbox; Ray's attempt cancels the remote call)
+            attempt = asyncio.create_task(self.hooks.attempt(slot))
+            self._attempts.setdefault(slot.group_id, set()).add(attempt)
             self.running_attempts += 1
             try:
-                outcome = await self.hooks.attempt(slot)
+                outcome = await attempt
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if attempt.cancelled() and current is not None and not current.cancelling():
+                    continue  # its group was cancelled (_cancel_group), this loop was not: next slot
+                raise
             finally:
                 self.running_attempts -= 1
+                running = self._attempts.get(slot.group_id)
+                if running is not None:
+                    running.discard(attempt)
+                    if not running:
+                        del self._attempts[slot.group_id]
             await settle_attempt(
                 slot, outcome, self.scheduler, self.queue, self.objective, self.discard_zero_signal,
-                (self.stats, self.total), self.trajectories_dir,
+                (self.stats, self.total), self.trajectories_dir, self._cancel_group,
             )
+
+    def _cancel_group(self, group_id: int) -> int:
+        """Cancel the attempts of ``group_id`` still running (an early stop); how many."""
+        running = self._attempts.pop(group_id, set())
+        for attempt in running:
+            attempt.cancel()
+        return len(running)
 
     async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
         """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
