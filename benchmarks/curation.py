@@ -1,6 +1,6 @@
 """Zero-signal groups, uniform vs online curation, on a simulated task pool (issue 29; no model, no sandbox).
 
-    .venv/bin/python benchmarks/curation.py [--quick] [--seeds 5] [--steps 60]
+    .venv/bin/python benchmarks/curation.py [--quick] [--seeds 5] [--steps 60] [--modes uniform online online+stop]
     .venv/bin/python benchmarks/curation.py --runs runs/ab-uniform runs/ab-online   # the same table from real runs
 
 The pool imitates the local recipe's (README: `configs/local.toml`'s 40 generated tasks, no probe manifest, group
@@ -14,22 +14,33 @@ training pass rate 0.46 → 0.69 over 39 steps):
   the online state (the manifest-filtered runs of README);
 - learning drift: every trained group (one with signal) raises its task's logit solve rate by ``--learn`` and
   every task's by ``--transfer``, so trained tasks drift to 4/4 as in the real runs;
-- asynchrony: a group is drawn while ``--inflight`` others are still sampling, and settles after them; a step
-  (weight version) every 2 groups with signal (zero-signal groups are discarded: they cost time, not steps).
+- asynchrony: ``--inflight`` groups sample at once, each with its G attempts running side by side; an attempt takes
+  lognormal(0, ``--duration-sigma``) time units, an unsolved one ``--fail-slower`` times more (it runs into its
+  turn budget), so the quick outcomes, mostly solved ones, finish first. A group settles when its last attempt
+  finishes, and a new one opens in its place; a step (weight version) every 2 groups with signal (zero-signal
+  groups are discarded: they cost time, not steps);
+- early stop (``online+stop``: ``early_stop = true``): after each finished attempt the group may be cancelled
+  (``TaskSampler.doomed``); its running attempts stop there. Each group's G outcomes are drawn when it opens, so
+  a cancelled group that would have had signal is known: a false cancel.
 
-Both samplers see the same candidates, probe and seeds. Printed per sampler: zero-signal share over all groups and
-after step 10, the sampler's predicted share after step 10 and the absolute error, the pass rate of the drawn
-attempts in the first / last 10 steps, and retired / re-admitted counts.
+Every mode sees the same candidates, probe and seeds. Printed per mode (means over seeds): zero-signal share of the
+groups over all and after step 10 (a cancelled group counts as zero-signal), the predicted share after step 10 and
+the absolute error; ``waste≥10``: the share of rollout compute (attempt-time, a cancelled attempt's up to its
+cancellation) spent after step 10 on groups that gave no gradient; ``true p``: the pool's mean solve rate at the
+start → at the end (what training achieved, whatever was drawn); the pass rate of the drawn attempts in the first
+/ last 10 steps; simulated time and compute to reach the steps; cancelled groups (share of all groups), false
+cancels (share of the cancelled), signal lost (false cancels as a share of all groups), cut (attempt-time the
+cancellations cut, share of the compute without the cut); retired / re-admitted.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
 import random
 import statistics
 import sys
-from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -66,8 +77,11 @@ class SimTask:
 
 def simulate(
     sampler_kind: str, seed: int, steps: int, inflight: int, learn: float, transfer: float, probe: bool,
-    cfg: CurationConfig,
+    cfg: CurationConfig, fail_slower: float = 1.5, duration_sigma: float = 0.5,
 ) -> dict:
+    """One simulated run; returns its row (see the module docstring). Attempt durations are lognormal(0,
+    ``duration_sigma``) time units, an unsolved attempt's × ``fail_slower`` (it runs into its turn budget), so the
+    early-stop rule sees the quick outcomes first as it does in a real run."""
     world = random.Random(seed)
     candidates = {f"t{i:02d}": SimTask(world) for i in range(60 if probe else 40)}
     probe_rng = random.Random(seed + 1000)
@@ -81,6 +95,7 @@ def simulate(
     sampler = TaskSampler(kept, cfg.model_copy(update={"sampler": sampler_kind}), GROUP_SIZE, seed)
     sampler.seed_probe(m for m in manifest if m[0] in tasks)
     order = sorted(kept)
+    pool_p_start = statistics.fmean(t.p for t in tasks.values())
 
     def uniform(gid: int) -> str:  # the scheduler's seeded shuffled order (runtime.groups.GroupScheduler)
         epoch, pos = divmod(gid, len(order))
@@ -89,35 +104,70 @@ def simulate(
         return ids[pos]
 
     rng = random.Random(seed + 2000)
-    open_groups: deque[tuple[int, str]] = deque()
-    rows, gid, trained = [], 0, 0
+    groups: dict[int, dict] = {}  # open group id → task, start time, drawn outcomes and durations, finished
+    events: list[tuple[float, int, int]] = []  # (finish time, group id, attempt index)
+    rows, gid, trained, now = [], 0, 0, 0.0
+
+    def open_group() -> None:
+        nonlocal gid
+        tid = sampler.draw(gid, [g["tid"] for g in groups.values()], uniform(gid))
+        outs = [tasks[tid].attempt(rng) for _ in range(GROUP_SIZE)]
+        durs = [rng.lognormvariate(0, duration_sigma) * (1 if solved else fail_slower) for solved, _ in outs]
+        groups[gid] = {"tid": tid, "t0": now, "outs": outs, "durs": durs, "done": [],
+                       "predicted": sampler.predicted[gid]}
+        for i, d in enumerate(durs):
+            heapq.heappush(events, (now + d, gid, i))
+        gid += 1
+
     while sampler.weight_version < steps:
-        while len(open_groups) < inflight:
-            tid = sampler.draw(gid, {t for _, t in open_groups}, uniform(gid))
-            open_groups.append((gid, tid))
-            gid += 1
-        g, tid = open_groups.popleft()
-        predicted = sampler.predicted[g]
-        results = [tasks[tid].attempt(rng) for _ in range(GROUP_SIZE)]
-        sampler.settle(g, tid, results)
-        zero = group_kind(results) != "signal"
-        rows.append((sampler.weight_version, zero, predicted, statistics.fmean(s for s, _ in results)))
+        while len(groups) < inflight:
+            open_group()
+        now, g, i = heapq.heappop(events)
+        group = groups.get(g)
+        if group is None:  # cancelled while this attempt ran
+            continue
+        group["done"].append(group["outs"][i])
+        complete = len(group["done"]) == GROUP_SIZE
+        if not complete and not sampler.doomed(group["tid"], group["done"]):
+            continue
+        del groups[g]
+        unfinished = GROUP_SIZE - len(group["done"])
+        sampler.settle(g, group["tid"], group["done"], unfinished=unfinished)
+        compute = sum(min(d, now - group["t0"]) for d in group["durs"])  # attempt-time spent, cancelled ones cut
+        zero = group_kind(group["done"]) != "signal"
+        false_cancel = unfinished > 0 and group_kind(group["outs"]) == "signal"  # it would have had signal
+        rows.append({"version": sampler.weight_version, "zero": zero, "predicted": group["predicted"],
+                     "pass": statistics.fmean(s for s, _ in group["done"]), "compute": compute,
+                     "cancelled": unfinished > 0, "false_cancel": false_cancel,
+                     "saved": sum(max(d - (now - group["t0"]), 0.0) for d in group["durs"])})
         if not zero:  # trained on: the task (and a little every task) gets easier
-            tasks[tid].logit += learn
+            tasks[group["tid"]].logit += learn
             for other in tasks.values():
                 other.logit += transfer
             trained += 1
             if trained % GROUPS_PER_STEP == 0:
                 sampler.weight_version += 1
                 sampler.metrics()
-    late = [r for r in rows if r[0] >= 10]
+    late = [r for r in rows if r["version"] >= 10]
+    cancelled = [r for r in rows if r["cancelled"]]
     return {
         "pool": len(kept),
-        "zero_all": statistics.fmean(r[1] for r in rows),
-        "zero_late": statistics.fmean(r[1] for r in late),
-        "predicted_late": statistics.fmean(r[2] for r in late),
-        "pass_first": statistics.fmean(r[3] for r in rows if r[0] < 10),
-        "pass_last": statistics.fmean(r[3] for r in rows if r[0] >= steps - 10),
+        "zero_all": statistics.fmean(r["zero"] for r in rows),
+        "zero_late": statistics.fmean(r["zero"] for r in late),
+        "predicted_late": statistics.fmean(r["predicted"] for r in late),
+        # the share of rollout compute (attempt-time) that went into groups with no gradient, after step 10
+        "waste_late": sum(r["compute"] for r in late if r["zero"]) / sum(r["compute"] for r in late),
+        "pass_first": statistics.fmean(r["pass"] for r in rows if r["version"] < 10),
+        "pass_last": statistics.fmean(r["pass"] for r in rows if r["version"] >= steps - 10),
+        "pool_p_start": pool_p_start,
+        "pool_p_end": statistics.fmean(t.p for t in tasks.values()),
+        "time": now,  # simulated time to reach ``steps`` steps
+        "compute": sum(r["compute"] for r in rows),
+        "cancelled": len(cancelled) / len(rows),
+        "false_cancel": sum(r["false_cancel"] for r in rows) / len(cancelled) if cancelled else 0.0,
+        "signal_lost": sum(r["false_cancel"] for r in rows) / len(rows),
+        # attempt-time the cancellations cut, as a share of what the run would have spent without cutting it
+        "saved": sum(r["saved"] for r in rows) / (sum(r["compute"] for r in rows) + sum(r["saved"] for r in rows)),
         "retired": sampler.total["retired"],
         "readmitted": sampler.total["readmitted"],
     }
@@ -146,6 +196,9 @@ def summarize_run(run_dir: str, after_step: int = 10) -> dict:
         "pass_first": rate(rows[:after_step]), "pass_last": rate(rows[-after_step:]),
         "retired": rows[-1].get("curation/retired_total", math.nan) if rows else math.nan,
         "readmitted": rows[-1].get("curation/readmitted_total", math.nan) if rows else math.nan,
+        "cancelled": sum(r.get("groups/cancelled", 0.0) for r in rows),
+        "cancelled_attempts": sum(r.get("rollout/cancelled_attempts", 0.0) for r in rows),
+        "attempts": sum(r.get("rollout/attempts", 0.0) for r in rows),
     }
 
 
@@ -160,32 +213,42 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true", help="probe 60 candidates and keep 15-85 %% (else 40, unfiltered)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a [runtime.curation] field, e.g. --set draw_weight_power=1")
+    ap.add_argument("--modes", nargs="+", default=["uniform", "online", "online+stop"],
+                    help="samplers to compare; '+stop' turns early_stop on")
+    ap.add_argument("--fail-slower", type=float, default=1.5, help="duration factor of an unsolved attempt")
+    ap.add_argument("--duration-sigma", type=float, default=0.5, help="lognormal sigma of attempt durations")
     ap.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="summarise real runs instead of simulating")
     args = ap.parse_args()
     if args.runs:
         print(f"{'run':24} {'steps':>5} {'zero all':>9} {'zero >10':>9} {'pred >10':>9} {'pass 1st10':>10} "
-              f"{'pass last10':>11} {'retired':>8} {'readmit':>8}")
+              f"{'pass last10':>11} {'retired':>8} {'readmit':>8} {'cancelled':>9} {'cut/attempts':>12}")
         for run in args.runs:
             r = summarize_run(run)
             print(f"{run:24} {r['steps']:5d} {r['zero_all']:9.1%} {r['zero_late']:9.1%} {r['predicted_late']:9.1%} "
-                  f"{r['pass_first']:10.2f} {r['pass_last']:11.2f} {r['retired']:8.0f} {r['readmitted']:8.0f}")
+                  f"{r['pass_first']:10.2f} {r['pass_last']:11.2f} {r['retired']:8.0f} {r['readmitted']:8.0f} "
+                  f"{r['cancelled']:9.0f} {r['cancelled_attempts']:5.0f}/{r['attempts']:<6.0f}")
         return
     seeds, steps = (3, 40) if args.quick else (args.seeds, args.steps)
     cfg = CurationConfig(**dict(kv.split("=", 1) for kv in args.set))
     print(f"{seeds} seeds × {steps} steps × {GROUPS_PER_STEP} groups of {GROUP_SIZE}; {args.inflight} in flight; "
           f"learn {args.learn}, transfer {args.transfer}; {'probe-filtered' if args.probe else 'unfiltered'}; "
-          f"{cfg.model_dump()}")
-    header = f"{'sampler':8} {'pool':>5} {'zero all':>9} {'zero ≥10':>9} {'pred ≥10':>9} {'|err|':>6} " \
-             f"{'pass 1st10':>10} {'pass last10':>11} {'retired':>8} {'readmit':>8}"
-    print(header)
-    # the pass rate of drawn attempts depends on what is drawn: uniform's is the pool's, online's favours the middle
-    for kind in ("uniform", "online"):
-        runs = [simulate(kind, s, steps, args.inflight, args.learn, args.transfer, args.probe, cfg) for s in range(seeds)]
-        mean = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
+          f"unsolved attempts {args.fail_slower}× slower; {cfg.model_dump()}")
+    print(f"{'mode':11} {'pool':>4} {'zero all':>8} {'zero≥10':>7} {'pred≥10':>7} {'|err|':>5} {'waste≥10':>8} "
+          f"{'true p':>9} {'pass 1st/last10':>15} {'time':>5} {'compute':>7} {'cancel':>6} {'false':>5} "
+          f"{'lost sig':>8} {'cut':>5} {'retired':>7} {'readmit':>7}")
+    # the pass rate of drawn attempts depends on what is drawn: uniform's is the pool's, online's favours the middle;
+    # "true p" is the pool's mean solve rate at the start → end, what training did
+    for mode in args.modes:
+        kind, _, stop = mode.partition("+")
+        mode_cfg = cfg.model_copy(update={"early_stop": bool(stop)})
+        runs = [simulate(kind, s, steps, args.inflight, args.learn, args.transfer, args.probe, mode_cfg,
+                         args.fail_slower, args.duration_sigma) for s in range(seeds)]
+        m = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
         err = statistics.fmean(abs(r["predicted_late"] - r["zero_late"]) for r in runs)
-        print(f"{kind:8} {mean['pool']:5.1f} {mean['zero_all']:9.1%} {mean['zero_late']:9.1%} "
-              f"{mean['predicted_late']:9.1%} {err:6.1%} {mean['pass_first']:10.2f} {mean['pass_last']:11.2f} "
-              f"{mean['retired']:8.1f} {mean['readmitted']:8.1f}")
+        print(f"{mode:11} {m['pool']:4.0f} {m['zero_all']:8.1%} {m['zero_late']:7.1%} {m['predicted_late']:7.1%} "
+              f"{err:5.1%} {m['waste_late']:8.1%} {m['pool_p_start']:.2f}→{m['pool_p_end']:.2f} "
+              f"{m['pass_first']:7.2f}/{m['pass_last']:.2f} {m['time']:5.0f} {m['compute']:7.0f} {m['cancelled']:6.1%} "
+              f"{m['false_cancel']:5.1%} {m['signal_lost']:8.1%} {m['saved']:5.1%} {m['retired']:7.1f} {m['readmitted']:7.1f}")
 
 
 if __name__ == "__main__":

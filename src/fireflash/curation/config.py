@@ -46,3 +46,19 @@ class CurationConfig(BaseModel):
         2.0, ge=0, description="Draw weight divided by (1 + the task's groups still sampling) ** this: spreads the "
         "groups in flight over tasks whose outcomes are alike; 0 ignores them."
     )
+    early_stop: bool = Field(
+        False, description="Cancel the attempts of a group still sampling once its finished ones say it will carry "
+        "no signal (online.signal_probability_after below early_stop_signal_probability, at least "
+        "early_stop_min_finished_attempts finished, all alike); the group counts as zero-signal. Off by default: "
+        "see curation/README.md for what it saves and how often it cancels a group that would have had signal."
+    )
+    early_stop_signal_probability: float = Field(
+        0.05, gt=0, lt=1, description="Cancel when P(the group has signal | the task's state and its finished "
+        "attempts) is below this. Of the cancelled groups, the share that would have had signal stays below it when "
+        "attempts finish in an order unrelated to their outcome, and reaches about it when unsolved attempts run "
+        "1.5x longer (benchmarks/curation.py)."
+    )
+    early_stop_min_finished_attempts: int = Field(
+        2, ge=1, description="Finished attempts of the group itself needed before it may be cancelled: the evidence "
+        "must include this group, not only the task's past."
+    )

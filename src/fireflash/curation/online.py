@@ -57,6 +57,31 @@ def polya_zero_signal(alphas: Iterable[float], group_size: int) -> float:
     return out
 
 
+def signal_probability_after(alphas: dict[str, float], finished: Sequence[tuple[bool, float]], group_size: int) -> float:
+    """P(a group of ``group_size`` has signal) given its ``finished`` attempts' ``(solved, reward)``, under the
+    task's Dirichlet(``alphas``) posterior (outcome key → α; this group's attempts not yet counted in it).
+
+    The early-stop rule's number (issue 29 deliverable 3). Finished attempts with two outcome keys: 1, the group has
+    signal whatever comes. All k finished on key v: the group stays zero-signal only if the G − k still to come
+    land on v too; with the k counted (the urn updated by what it just drew),
+
+        P(no signal) = Π_{j < G − k} (α_v + k + j) / (A + k + j),   A = Σ α.
+
+    No attempt finished: the prior predictive, 1 − ``polya_zero_signal``. All G finished: 0 (the group is decided).
+    """
+    keys = {outcome_key(s, r) for s, r in finished}
+    if len(keys) > 1:
+        return 1.0
+    if not keys:
+        return 1.0 - polya_zero_signal(alphas.values(), group_size)
+    (key,) = keys
+    k, a_v, total = len(finished), alphas.get(key, 0.0), sum(alphas.values())
+    alike = 1.0
+    for j in range(max(group_size - k, 0)):
+        alike *= (a_v + k + j) / (total + k + j)
+    return 1.0 - alike
+
+
 def sampled_zero_signal(alphas: Iterable[float], group_size: int, rng: random.Random) -> float:
     """Σ_v π_v^G for one draw π ~ Dirichlet(``alphas``) (Thompson sampling's plausible outcome distribution)."""
     draws = [rng.gammavariate(a, 1.0) for a in alphas if a > 0]

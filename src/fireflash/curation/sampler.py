@@ -3,6 +3,7 @@
     sampler = TaskSampler(task_ids, CurationConfig(), group_size=4, seed=0)   # PassRates inside, seed_probe(...)
     task_id = sampler.draw(group_id, open_task_ids={...}, uniform_task_id=...)   # the scheduler, per new group
     sampler.settle(group_id, task_id, [(solved, reward), ...])                  # the loop, per graded group
+    sampler.doomed(task_id, [(solved, reward), ...])                             # the loop, per finished attempt
     sampler.weight_version = 7                                                   # the loop, after each step
 
 Online draw (``sampler = "online"``), for each active (not retired) task: draw π ~ Dirichlet(α) (Thompson
@@ -18,6 +19,13 @@ task. Every ``readmit_every_groups`` new groups the task retired longest ago is 
 signal puts it back in the pool, another zero-signal group retires it again at the back of the line. When every
 task is retired, the oldest is re-probed.
 
+Early stop (``early_stop``, deliverable 3): ``doomed`` says whether a group still sampling can be cancelled: at
+least ``early_stop_min_finished_attempts`` of its attempts finished, all with one outcome, and P(signal) given them
+and the task's state (``online.signal_probability_after``) below ``early_stop_signal_probability``. The scheduler
+then cancels the rest (runtime/groups.py) and ``settle`` counts the group with its finished attempts and how many
+were left unfinished. A cancelled group counts as zero-signal; ``curation/cancelled_groups`` and
+``curation/cancelled_attempts`` count them.
+
 Prediction: each drawn group records the posterior predictive P(zero signal) of its task (``PassRates``) at the
 draw; ``metrics()`` compares their mean with what the settled groups did. The same happens under ``uniform``.
 """
@@ -27,11 +35,11 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from fireflash.curation.config import CurationConfig
-from fireflash.curation.online import PassRates, sampled_zero_signal
+from fireflash.curation.online import PassRates, sampled_zero_signal, signal_probability_after
 
 
 class TaskSampler:
@@ -63,7 +71,8 @@ class TaskSampler:
 
     @staticmethod
     def _zero_counts() -> dict[str, float]:
-        return {"groups": 0, "zero_signal": 0, "predicted": 0.0, "retired": 0, "readmitted": 0}
+        return {"groups": 0, "zero_signal": 0, "predicted": 0.0, "retired": 0, "readmitted": 0, "cancelled": 0,
+                "cancelled_attempts": 0}
 
     def seed_probe(self, probed: Iterable[tuple[str, int, int, float]]) -> None:
         """Seed the state from a probe manifest: ``(task_id, passes, attempts, mean_reward)`` per probed task."""
@@ -77,8 +86,10 @@ class TaskSampler:
         return sorted((t for t in self.task_ids if states[t].retired_at is not None),
                       key=lambda t: (states[t].retired_at, t))
 
-    def draw(self, group_id: int, open_task_ids: Iterable[str] = (), uniform_task_id: str | None = None) -> str:
-        """The task of new group ``group_id``; ``open_task_ids``: the task of each group still sampling.
+    def draw(self, group_id: int, open_task_ids: Iterable[str] = (), uniform_task_id: str | None = None,
+             among: Collection[str] | None = None) -> str:
+        """The task of new group ``group_id``; ``open_task_ids``: the task of each group still sampling; ``among``:
+        draw only from these tasks (the source ``curation.mix.SourceMix`` chose; None: the whole pool).
 
         Under ``sampler = "uniform"`` it returns ``uniform_task_id`` (the scheduler's shuffled order) and only
         records the prediction.
@@ -88,14 +99,14 @@ class TaskSampler:
         if self.cfg.sampler == "uniform" and uniform_task_id is not None:
             task_id = uniform_task_id
         else:
-            task_id = self._draw_online(group_id, open_ids)
+            task_id = self._draw_online(group_id, open_ids, among)
         self.predicted[group_id] = self.rates.zero_signal_probability(task_id, self.weight_version)
         return task_id
 
-    def _draw_online(self, group_id: int, open_ids: Counter[str]) -> str:
-        retired = self.retired
+    def _draw_online(self, group_id: int, open_ids: Counter[str], among: Collection[str] | None = None) -> str:
+        retired = [t for t in self.retired if among is None or t in among]
         states = self.rates.tasks
-        active = [t for t in self.task_ids if states[t].retired_at is None]
+        active = [t for t in self.task_ids if states[t].retired_at is None and (among is None or t in among)]
         idle_retired = [t for t in retired if t not in open_ids]
         every = self.cfg.readmit_every_groups
         if idle_retired and (not active or (every and self.groups_drawn % every == 0)):
@@ -112,11 +123,21 @@ class TaskSampler:
         ]
         return rng.choices(active, weights)[0]
 
-    def settle(self, group_id: int, task_id: str, results: Sequence[tuple[bool, float]]) -> None:
+    def doomed(self, task_id: str, finished: Sequence[tuple[bool, float]]) -> bool:
+        """Whether a group at ``task_id`` still sampling may be cancelled, given its ``finished`` attempts'
+        ``(solved, reward)`` (the early-stop rule in the module docstring; always False with ``early_stop`` off)."""
+        cfg = self.cfg
+        if not cfg.early_stop or len(finished) < cfg.early_stop_min_finished_attempts or len(finished) >= self.group_size:
+            return False
+        p_signal = signal_probability_after(self.rates.alphas(task_id, self.weight_version), finished, self.group_size)
+        return p_signal < cfg.early_stop_signal_probability
+
+    def settle(self, group_id: int, task_id: str, results: Sequence[tuple[bool, float]], unfinished: int = 0) -> None:
         """Count a graded group (not one lost to infrastructure): update the state, streaks and retirement.
 
-        A group settled before a checkpoint and re-issued by ``--resume`` (it was queued, not trained) is not
-        counted twice.
+        ``unfinished``: attempts cancelled or never started because ``doomed`` said so (``results`` are then the
+        finished ones, all alike). A group settled before a checkpoint and re-issued by ``--resume`` (it was
+        queued, not trained) is not counted twice.
         """
         predicted = self.predicted.pop(group_id, None)
         if group_id in self.settled_ids:
@@ -129,6 +150,8 @@ class TaskSampler:
             counts["groups"] += 1
             counts["zero_signal"] += kind != "signal"
             counts["predicted"] += predicted if predicted is not None else 0.0
+            counts["cancelled"] += unfinished > 0
+            counts["cancelled_attempts"] += unfinished
         if self.cfg.sampler != "online":  # the uniform baseline draws every task: nothing to retire
             return
         if kind == "signal":
@@ -150,6 +173,10 @@ class TaskSampler:
             "curation/readmitted_total": float(t["readmitted"]),
             "curation/retired": float(w["retired"]),
             "curation/readmitted": float(w["readmitted"]),
+            "curation/cancelled_groups": float(w["cancelled"]),
+            "curation/cancelled_attempts": float(w["cancelled_attempts"]),
+            "curation/cancelled_groups_total": float(t["cancelled"]),
+            "curation/cancelled_attempts_total": float(t["cancelled_attempts"]),
         }
         if w["groups"]:
             out["curation/predicted_zero_signal_share"] = w["predicted"] / w["groups"]

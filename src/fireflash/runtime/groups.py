@@ -4,7 +4,9 @@
 (what was issued, what finished) that a checkpoint saves, so ``--resume`` re-issues exactly the groups
 that had not reached the trainer. ``finish_group`` turns a group's outcomes into a ``Group`` with
 advantages, or says why it carries nothing: lost to infrastructure (an attempt was lost after its
-retries) or zero signal (every R' equal, or no attempt sampled a token).
+retries) or zero signal (every R' equal, or no attempt sampled a token). ``cancel_if_doomed`` closes a group
+early when the sampler's early-stop rule says its finished attempts already decide it (issue 29): the loop
+then cancels its attempts still running, and their outcomes, if any arrive, are ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
 
 if TYPE_CHECKING:
+    from fireflash.curation.mix import SourceMix
     from fireflash.curation.sampler import TaskSampler
 
 
@@ -57,6 +60,9 @@ class GroupScheduler:
         cursor: a saved ``cursor()`` to resume from.
         sampler: draws each new group's task (``curation.sampler.TaskSampler``, given the shuffled order's
             choice for its uniform mode) and hears every settled group (``settle``); None: the shuffled order.
+        mix: draws each new group's source first (``curation.mix.SourceMix``, ``[tasks.mix]``, issue 30); the
+            task is then drawn within that source: its own shuffled order (epoch e of a source: its k-th group
+            with e = k // its task count) or the sampler restricted to it. None: one pool.
 
     Raises:
         ValueError: an empty pool, or a cursor naming a task not in the pool.
@@ -64,12 +70,13 @@ class GroupScheduler:
 
     def __init__(
         self, tasks: Sequence[Task], group_size: int, seed: int, cursor: dict[str, Any] | None = None,
-        sampler: TaskSampler | None = None,
+        sampler: TaskSampler | None = None, mix: SourceMix | None = None,
     ):
         if not tasks:
             raise ValueError("the task pool is empty: check tasks.paths (and tasks.pool_manifest)")
         self.tasks = {t.id: t for t in tasks}
-        self.group_size, self.seed, self.sampler = group_size, seed, sampler
+        self.group_size, self.seed, self.sampler, self.mix = group_size, seed, sampler, mix
+        self._source_ids = {s: frozenset(ids) for s, ids in mix.task_ids.items()} if mix is not None else {}
         self.next_group = 0
         self.pending: dict[int, _Pending] = {}
         self._reissue: list[int] = []
@@ -82,8 +89,9 @@ class GroupScheduler:
                 self.pending[int(gid)] = _Pending(self.tasks[tid])
                 self._reissue.append(int(gid))
 
-    def _task_for(self, group_id: int) -> Task:
-        ids = sorted(self.tasks)
+    def _task_for(self, group_id: int, ids: Sequence[str] | None = None) -> Task:
+        """Entry ``group_id`` of the seeded shuffled order over ``ids`` (default: the whole pool)."""
+        ids = sorted(self.tasks if ids is None else ids)
         epoch, pos = divmod(group_id, len(ids))
         random.Random(self.seed + epoch).shuffle(ids)
         return self.tasks[ids[pos]]
@@ -97,15 +105,24 @@ class GroupScheduler:
                 return Slot(gid, p.task, p.issued - 1)
         gid = self.next_group
         self.next_group += 1
-        task = self._task_for(gid)
+        among = None
+        if self.mix is None:
+            task = self._task_for(gid)
+        else:
+            source = self.mix.draw(gid)
+            among = self._source_ids[source]
+            task = self._task_for(self.mix.drawn[source] - 1, self.mix.task_ids[source])
         if self.sampler is not None:
-            task = self.tasks[self.sampler.draw(gid, [p.task.id for p in self.pending.values()], task.id)]
+            task = self.tasks[self.sampler.draw(gid, [p.task.id for p in self.pending.values()], task.id, among)]
         self.pending[gid] = _Pending(task, issued=1)
         return Slot(gid, task, 0)
 
     def record(self, slot: Slot, outcome: AttemptOutcome) -> list[AttemptOutcome] | None:
-        """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in."""
-        p = self.pending[slot.group_id]
+        """Store a finished attempt; returns the group's outcomes once all ``group_size`` are in. An attempt of
+        a group already closed by ``cancel_if_doomed`` (it finished as its cancellation was asked) is dropped."""
+        p = self.pending.get(slot.group_id)
+        if p is None:
+            return None
         p.outcomes.append(outcome)
         if len(p.outcomes) < self.group_size:
             return None
@@ -113,6 +130,28 @@ class GroupScheduler:
         if slot.group_id in self._reissue:
             self._reissue.remove(slot.group_id)
         return sorted(p.outcomes, key=lambda o: o.attempt_id)
+
+    def cancel_if_doomed(self, group_id: int) -> int | None:
+        """Close open group ``group_id`` if the sampler's early-stop rule (``TaskSampler.doomed``) says its
+        finished attempts decide it carries no signal: no more of its attempts are issued, the sampler counts it
+        (``settle`` with ``unfinished``) and a checkpoint no longer re-issues it.
+
+        Returns:
+            The attempts left unfinished (running, which the caller cancels, or never issued); None when the
+            group stays open (no sampler, a lost attempt among the finished ones, or the rule says no).
+        """
+        p = self.pending.get(group_id)
+        if self.sampler is None or p is None or any(o.lost for o in p.outcomes):
+            return None
+        finished = [(o.score.solved, o.score.reward) for o in p.outcomes]
+        if not self.sampler.doomed(p.task.id, finished):
+            return None
+        del self.pending[group_id]
+        if group_id in self._reissue:
+            self._reissue.remove(group_id)
+        unfinished = self.group_size - len(p.outcomes)
+        self.sampler.settle(group_id, p.task.id, finished, unfinished=unfinished)
+        return unfinished
 
     def settle(self, group_id: int, task_id: str, outcomes: Sequence[AttemptOutcome]) -> None:
         """Tell the sampler how a complete group went (a group with a lost attempt says nothing of the task)."""
@@ -135,9 +174,14 @@ class GroupScheduler:
     def cursor(self, queued: Sequence[int] | Mapping[int, str] = ()) -> dict[str, Any]:
         """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ones) rerun on resume.
 
-        ``queued``: the queued groups' ids → task ids (needed when a sampler drew them), or their ids alone
-        (the shuffled order recomputes their tasks).
+        ``queued``: the queued groups' ids → task ids (needed when a sampler or a mix drew them), or their ids
+        alone (the shuffled order recomputes their tasks).
+
+        Raises:
+            ValueError: ids alone with a mix (a group's task depends on the sources drawn before it).
         """
+        if self.mix is not None and not isinstance(queued, Mapping):
+            raise ValueError("GroupScheduler.cursor with a task mix needs the queued groups' task ids (a mapping)")
         queued_tasks = dict(queued) if isinstance(queued, Mapping) else {g: self._task_for(g).id for g in queued}
         unfinished = {gid: p.task.id for gid, p in self.pending.items()} | queued_tasks
         return {"next_group": self.next_group, "unfinished": {str(g): unfinished[g] for g in sorted(unfinished)}}

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from fireflash.curation.config import CurationConfig
+from fireflash.curation.mix import SourceMix
 from fireflash.curation.sampler import TaskSampler
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
@@ -107,6 +108,8 @@ class RolloutStats:
     groups_done: int = 0
     groups_zero_signal: int = 0
     groups_lost: int = 0
+    groups_cancelled: int = 0  # closed early by the early-stop rule (issue 29); also counted zero-signal
+    cancelled_attempts: int = 0  # attempts running when their group was cancelled, stopped unfinished
 
     def add(self, o: AttemptOutcome) -> None:
         self.attempts += 1
@@ -130,6 +133,8 @@ class RolloutStats:
             "rollout/aborted_tries": float(self.aborted_tries),
             "groups/done": float(self.groups_done),
             "groups/lost_to_infrastructure": float(self.groups_lost),
+            "groups/cancelled": float(self.groups_cancelled),
+            "rollout/cancelled_attempts": float(self.cancelled_attempts),
         }
         if graded := len(self.rewards):
             out |= {
@@ -153,10 +158,13 @@ async def settle_attempt(
     discard_zero_signal: bool,
     stats: Sequence[RolloutStats],
     trajectories_dir: Path | None,
+    cancel_group: Callable[[int], int] | None = None,
 ) -> None:
     """After an attempt: count it, save its trajectory (a lost one: its last failed or aborted try's, as
     ``aNN.failed.json``), and once its group is complete, judge the group (advantages, zero signal, lost) and
-    queue it for the trainer when it trains."""
+    queue it for the trainer when it trains. A group the early-stop rule closes before it is complete
+    (``GroupScheduler.cancel_if_doomed``) counts as zero-signal and cancelled; ``cancel_group(group_id)``
+    cancels its attempts still running and returns how many."""
     for s in stats:
         s.add(outcome)
     if trajectories_dir is not None and outcome.trajectory is not None:
@@ -169,6 +177,14 @@ async def settle_attempt(
         await asyncio.to_thread(outcome.failed_trajectories[-1].save, path)
     complete = scheduler.record(slot, outcome)
     if complete is None:
+        if scheduler.cancel_if_doomed(slot.group_id) is not None:
+            stopped = cancel_group(slot.group_id) if cancel_group is not None else 0
+            for s in stats:
+                s.groups_done += 1
+                s.groups_zero_signal += 1
+                s.groups_cancelled += 1
+                s.cancelled_attempts += stopped
+            queue.closed_without_training()
         return
     verdict = finish_group(slot.task.id, complete, objective, discard_zero_signal)
     scheduler.settle(slot.group_id, slot.task.id, complete)  # the task's pass-rate state (online curation)
@@ -201,6 +217,11 @@ class RLLoop:
     per probed task), whose state the checkpoint cursor carries and whose ``curation/*`` metrics join every
     row; None keeps the seeded shuffled order without curation state.
 
+    ``mix`` (``[tasks.mix]``, issue 30): source name → weight; each task's source is its ``metadata["source"]``
+    (``curation.pool.load_mix_pool``). Each new group's source is drawn by weight (``curation.mix.SourceMix``),
+    then its task within that source as above; the counts ride in the cursor (``cursor["mix"]``) and
+    ``mix/<source>/*`` (weight, groups drawn and trained, cumulative shares) join every row. None: one pool.
+
     Call ``load_cursor`` before ``run``. Other args: as ``LocalRuntime``.
     """
 
@@ -225,8 +246,11 @@ class RLLoop:
         max_queued_groups: int | None = None,
         curation: CurationConfig | None = None,
         probe_seed: Sequence[tuple[str, int, int, float]] = (),
+        mix: Mapping[str, float] | None = None,
     ) -> None:
         self.hooks = hooks
+        self.mix_weights = dict(mix) if mix else None
+        self.mix: SourceMix | None = None  # set by load_cursor when a mix is given
         self.curation, self.probe_seed = curation, list(probe_seed)
         self.sampler: TaskSampler | None = None  # set by load_cursor when curation is on
         self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
@@ -241,6 +265,7 @@ class RLLoop:
         self.stats = RolloutStats()  # since the last step (reset by each step's metrics)
         self.total = RolloutStats()  # over the whole run (live progress)
         self.running_attempts = 0
+        self._attempts: dict[int, set[asyncio.Task[AttemptOutcome]]] = {}  # group id → its attempts running
         self.entropy_history: list[float] = []  # mean entropy of every step of the run, resumed ones included
         self.history: list[dict[str, float]] = []
         self.skipped_steps = 0  # batches refused by the trainer since the last row
@@ -254,27 +279,35 @@ class RLLoop:
         """Start from ``cursor`` (a checkpoint's, on ``--resume``: groups to rerun, entropy history) or afresh.
 
         Raises:
-            ValueError: the cursor names tasks not in the pool, or the pool is empty (``GroupScheduler``).
+            ValueError: the cursor names tasks not in the pool, or the pool is empty (``GroupScheduler``); with
+                a mix, a task without a source or a source without a task (``SourceMix``).
         """
         self.sampler = None
+        self.mix = None
+        if self.mix_weights is not None:
+            self.mix = SourceMix.from_tasks(self.tasks, self.mix_weights, self.seed)
+            if cursor and "mix" in cursor:
+                self.mix.load_state_dict(cursor["mix"])
         if self.curation is not None:
             self.sampler = TaskSampler([t.id for t in self.tasks], self.curation, self.group_size, self.seed)
             if cursor and "curation" in cursor:  # the probe's seed is in the saved state already
                 self.sampler.load_state_dict(cursor["curation"])
             else:
                 self.sampler.seed_probe(self.probe_seed)
-        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor, self.sampler)
+        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor, self.sampler, self.mix)
         self.entropy_history = list((cursor or {}).get("entropy_history", []))
 
     def cursor(self) -> dict[str, Any]:
         """What a checkpoint carries for ``--resume``: the scheduler's cursor (queued groups rerun), the
         entropy history, so the entropy-rise detector's lowest window survives the resume, and the curation
-        state (per-task outcome counts, streaks, retirements). JSON-able."""
+        state (per-task outcome counts, streaks, retirements) and the mix's per-source counts. JSON-able."""
         assert self.scheduler is not None, "load_cursor first"
         out = self.scheduler.cursor({gid: g.task_id for gid, g in self.queue.items})
         out["entropy_history"] = list(self.entropy_history)
         if self.sampler is not None:
             out["curation"] = self.sampler.state_dict(int(g) for g in out["unfinished"])
+        if self.mix is not None:
+            out["mix"] = self.mix.state_dict()
         return out
 
     async def run(self) -> list[dict[str, float]]:
@@ -313,15 +346,36 @@ class RLLoop:
                 await self._generate.wait()
                 continue
             slot = self.scheduler.next_slot()
+            # a task of its own, so an early stop can cancel this attempt and not the loop: the backends'
+            # cancellation path (scored_attempt closes the sandbox; Ray's attempt cancels the remote call)
+            attempt = asyncio.create_task(self.hooks.attempt(slot))
+            self._attempts.setdefault(slot.group_id, set()).add(attempt)
             self.running_attempts += 1
             try:
-                outcome = await self.hooks.attempt(slot)
+                outcome = await attempt
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if attempt.cancelled() and current is not None and not current.cancelling():
+                    continue  # its group was cancelled (_cancel_group), this loop was not: next slot
+                raise
             finally:
                 self.running_attempts -= 1
+                running = self._attempts.get(slot.group_id)
+                if running is not None:
+                    running.discard(attempt)
+                    if not running:
+                        del self._attempts[slot.group_id]
             await settle_attempt(
                 slot, outcome, self.scheduler, self.queue, self.objective, self.discard_zero_signal,
-                (self.stats, self.total), self.trajectories_dir,
+                (self.stats, self.total), self.trajectories_dir, self._cancel_group,
             )
+
+    def _cancel_group(self, group_id: int) -> int:
+        """Cancel the attempts of ``group_id`` still running (an early stop); how many."""
+        running = self._attempts.pop(group_id, set())
+        for attempt in running:
+            attempt.cancel()
+        return len(running)
 
     async def _next_batch(self, deadline: float | None) -> tuple[list[Group], float] | None:
         """The next step's groups, or None when ``deadline`` (event-loop time) passes first."""
@@ -371,6 +425,8 @@ class RLLoop:
                     ) from e
                 continue
             await hooks.publish_weights()
+            if self.mix is not None:
+                self.mix.count_trained(g.task_id for g in groups)
             if self.sampler is not None:  # groups settled from now on were sampled with the new weights
                 self.sampler.weight_version = hooks.weight_version
             trainer_busy += metrics["step_sec"]
@@ -391,7 +447,8 @@ class RLLoop:
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
-            } | hooks.extra_metrics() | (self.sampler.metrics() if self.sampler is not None else {})
+            } | hooks.extra_metrics() | (self.sampler.metrics() if self.sampler is not None else {}) | (
+                self.mix.metrics() if self.mix is not None else {})
             self.skipped_steps = 0
             self.history.append(metrics)
             # the row before the checkpoint: a kill between the two then reruns a logged step (its row is

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -132,6 +132,7 @@ class RayRuntime(LoopStateView):
         engine_start_timeout_sec: float = 900.0,
         curation: CurationConfig | None = None,
         probe_seed: Sequence[tuple[str, int, int, float]] = (),
+        mix: Mapping[str, float] | None = None,
     ) -> None:
         if not placement.engines_in_workers and connect_server is None:
             raise ValueError("engine servers need connect_server (url → client) to push weights to them")
@@ -149,7 +150,7 @@ class RayRuntime(LoopStateView):
             groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
             discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
             checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
-            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
+            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed, mix=mix,
         )
         self.trainer = TrainerProgress()
         self.workers: list[WorkerView] = []
