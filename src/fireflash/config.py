@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -153,9 +153,13 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any, source: str) ->
 
 def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     """The field names allowed at ``loc`` (for unknown-key errors)."""
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
+    parts = list(loc[:-1])
+    while parts:
+        field = model.model_fields.get(str(parts.pop(0)))
         annotation = getattr(field, "annotation", None)
+        if get_origin(annotation) is dict and parts:  # a table of sections (tasks.mix): skip its key
+            annotation = get_args(annotation)[1]
+            parts.pop(0)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return ""
         model = annotation

@@ -144,9 +144,10 @@ def sglang_server():
     def generate(body, _query):
         sp = body.get("sampling_params", {})
         if not isinstance(sp.get("max_new_tokens"), int) or sp["max_new_tokens"] < 0:
-            return 422, {
-                "detail": [{"loc": ["body", "sampling_params", "max_new_tokens"], "msg": "must be >= 0"}]
-            }
+            # http_server.validation_exception_handler: 400 with the ErrorResponse at the top level, param null, the
+            # message str(exc) + str(exc.errors()) (contracts/sglang_0.5/error_bad_body.json)
+            return 400, {"object": "error", "message": "[{'loc': ('body', 'sampling_params', 'max_new_tokens'), "
+                         "'msg': 'must be >= 0'}]", "type": "Bad Request", "param": None, "code": 400}
         # SGLang's ignore_eos skips every token stop, stop_token_ids included (schedule_batch._check_token_based_finish)
         stops = [] if sp.get("ignore_eos") else sp.get("stop_token_ids") or []
         ids, reason = _continuation(body["input_ids"], sp["max_new_tokens"], stops)

@@ -68,6 +68,21 @@ def test_a_logprobs_error_names_the_field():
         asyncio.run(engine.generate([_request()]))
 
 
+@pytest.mark.parametrize("name", ["missing_init_info", "logprobs_over_max"])
+def test_the_client_surfaces_the_message_of_either_vllm_error_body(name):
+    """vLLM's OpenAI routes answer ``{"error": {"message"}}``, its RL routes FastAPI's ``{"detail": "..."}`` (issue 31):
+    the client's error ends with the server's message either way (it printed the whole ``detail`` dict before)."""
+    err = (RLHF["errors"]["missing_init_info"] if name == "missing_init_info"
+           else COMPLETIONS["error_logprobs_over_max"])
+    message = err["body"]["detail"] if "detail" in err["body"] else err["body"]["error"]["message"]
+    engine = VLLMEngine("http://vllm.test", model="m", max_retries=0, transport=httpx.MockTransport(
+        lambda _: httpx.Response(err["status"], json=err["body"])))
+    call = engine.init_weight_sync("10.0.0.2", 29501, 2) if name == "missing_init_info" else engine.generate([_request()])
+    with pytest.raises(Exception) as e:
+        asyncio.run(call)
+    assert str(e.value).endswith(f"(HTTP {err['status']}): {message}")
+
+
 def test_a_weight_update_is_vllms_pause_only_sequence():
     answers = {step["path"]: step["response"] for step in RLHF["sequence"]}
     transport, calls = _recording(answers)

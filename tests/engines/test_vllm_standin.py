@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from fireflash.engines.http import EngineHTTPError
+from fireflash.engines.http import EngineHTTPError, WeightVersionMissing
 from fireflash.engines.local import LocalEngine
 from fireflash.engines.vllm import VLLMEngine
 from fireflash.engines.vllm_serve import generation_defaults, vllm_standin
@@ -194,3 +194,52 @@ def test_an_update_lets_running_turns_finish_on_the_old_weights(standin):
 
     res = asyncio.run(run())
     assert res.finish_reason == "length" and len(res.token_ids) == 120 and res.weight_version == 0
+
+
+def test_a_sampling_client_labels_results_with_the_servers_version(standin):
+    """The Ray backend's seam (issue 31): the driver's client updates the server, a rollout worker's client samples; the
+    sampler reads the version at ``/weight_info`` before each request, the oldest its tokens can come from. On the old
+    client every result said 0 (the version the sampling client itself had installed: none)."""
+    trainer = Trainer(build_tiny_model(VOCAB, seed=7), None, TrainerConfig(), ObjectiveConfig(), temperature=1.0)
+    request = GenerateRequest(request_id="r", prompt_ids=PROMPT, params=PARAMS)
+
+    async def run():
+        sampler = VLLMEngine(standin.url, max_retries=0, versions_from_server=True)
+        with pytest.raises(WeightVersionMissing, match="reports weight_version None"):  # nothing pushed yet
+            await sampler.generate([request])
+        driver = await connect_local_trainer(VLLMEngine(standin.url, transfer_backend="gloo"), trainer, "collective",
+                                             standin.url, 20)
+        seen = [(await sampler.generate([request]))[0].weight_version]
+        await driver.update_weights(trainer.state_dict(), 5)
+        seen.append((await sampler.generate([request]))[0].weight_version)
+        await asyncio.gather(sampler.close(), driver.close())
+        return seen
+
+    assert asyncio.run(run()) == [0, 5]
+
+
+@pytest.mark.parametrize("standin", [{"weight_sync_timeout_sec": 3}], indirect=True)
+def test_a_failed_transfer_is_finished_and_the_next_update_goes_through(standin):
+    """A member that dies mid-transfer leaves the others' ``/update_weights`` failing; vLLM's state machine then answers
+    every ``/start_weight_update`` with 409 until the update is finished. The client finishes it (no version) and keeps
+    the server paused (its weights may be half new) until the next update succeeds. On the old client the retry got
+    409 and the server was resumed on whatever had arrived."""
+    trainer = Trainer(build_tiny_model(VOCAB, seed=7), None, TrainerConfig(), ObjectiveConfig(), temperature=1.0)
+
+    async def run():
+        engine = await connect_local_trainer(VLLMEngine(standin.url, transfer_backend="gloo", max_retries=0), trainer,
+                                             "collective", standin.url, 20)
+        # the server waits for a broadcast nobody sends (a member died): its receive fails after 3 s
+        with pytest.raises(EngineHTTPError, match="update_weights"):
+            await engine.receive_broadcast([("model.embed_tokens.weight", "float32", (VOCAB, 3))], 7)
+        paused_after_failure = (await engine.http.get("/is_paused"))["is_paused"]
+        version_after_failure = await engine.server_weight_version()
+        engine = await connect_local_trainer(engine, trainer, "collective", standin.url, 20)  # a new group, as Ray's
+        await engine.update_weights(trainer.state_dict(), 8)
+        state = ((await engine.http.get("/is_paused"))["is_paused"], await engine.server_weight_version())
+        await engine.close()
+        return paused_after_failure, version_after_failure, state
+
+    paused_after_failure, version_after_failure, state = asyncio.run(run())
+    assert paused_after_failure and version_after_failure == "0"
+    assert state == (False, "8")

@@ -30,6 +30,7 @@ def synthetic_run(run_dir, steps=12):
             "curation/pool_pass_rate_p10": 0.1, "curation/pool_pass_rate_p50": 0.5, "curation/pool_pass_rate_p90": 0.9,
             "curation/retired_tasks": float(step // 4), "curation/readmitted_total": float(step // 6),
         }
+        m |= {"mix/swe/weight": 0.48, "mix/swe/trained_share": 0.5}  # a task mix (issue 30)
         if step > 2:
             m["drift/staleness_2-3"] = 0.07
         writer.write(step, m)

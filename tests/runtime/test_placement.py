@@ -9,7 +9,7 @@ from fireflash.cli import app
 from fireflash.config import ConfigError, load_config
 from fireflash.engines.config import EngineConfig
 from fireflash.runtime.config import RayConfig
-from fireflash.cli.train import describe_plan
+from fireflash.cli.train import check_train_config, describe_plan
 from fireflash.runtime.placement import PlacementError, plan_placement
 
 pytestmark = pytest.mark.unit
@@ -73,9 +73,31 @@ def test_engine_servers_take_weights_by_collective_or_disk():
     assert gloo.engines == 1 and "(gloo, 1 rank(s) per server)" in gloo.describe()[-1]
 
 
-def test_vllm_servers_are_refused_on_ray_with_the_reason():
-    with pytest.raises(PlacementError, match="vLLM takes new weights only through its own trainer-side communicator"):
-        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm"), 16)
+def test_vllm_servers_are_placed_on_ray_with_the_same_checks_as_sglang():
+    """Issue 31: vLLM is a training engine on Ray too (it was refused); its transfer backend must be the trainer's."""
+    p = plan_placement(RayConfig(num_nodes=2, gpus_per_node=8), EngineConfig(kind="vllm", args={"tp-size": 4}), 16)
+    assert (p.engines, p.gpus_per_engine, p.engines_in_workers) == (2, 4, False)
+    assert "vLLM's weight-transfer group (NCCL, 4 rank(s) per server)" in p.describe()[-1]
+    with pytest.raises(PlacementError, match="do not split into engines of 3 GPUs"):  # SGLang's check
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm", args={"tp-size": 3}), 16)
+    with pytest.raises(PlacementError, match="weight_transfer_config = {backend = 'nccl'}"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8),
+                       EngineConfig(kind="vllm", args={"weight_transfer_config": {"backend": "gloo"}}), 16)
+    with pytest.raises(PlacementError, match="engine.weight_sync = 'collective'"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm", weight_sync="disk"), 16)
+    with pytest.raises(PlacementError, match="vLLM stand-in runs in process only"):
+        plan_placement(RayConfig(num_nodes=1, gpus_per_node=8), EngineConfig(kind="vllm", server="fireflash"), 16)
+    with pytest.raises(PlacementError, match="without GPUs .* vLLM's weight transfer is NCCL"):
+        plan_placement(RayConfig(), EngineConfig(kind="vllm"), 8)
+    # a CPU cluster: vLLM servers started elsewhere (the stand-in), over the gloo stand-in of vLLM's group
+    cpu = plan_placement(RayConfig(), EngineConfig(kind="vllm", url="http://h:8000", server="fireflash",
+                                                   args={"weight_transfer_config": {"backend": "gloo"}}), 8)
+    assert "vLLM's weight-transfer group (gloo, 1 rank(s) per server)" in cpu.describe()[-1]
+    # by config, as fireflash train --dry-run reads it: the training checks pass and the plan places vLLM servers
+    cfg = load_config(None, ["runtime.backend=ray", "engine.kind=vllm", "runtime.ray.num_nodes=1",
+                             "runtime.ray.gpus_per_node=8", "runtime.max_inflight_attempts=16"])
+    check_train_config(cfg)
+    assert "4 × vllm × 1 GPU" in describe_plan(cfg)
 
 
 def test_more_rollout_workers_than_attempts_is_a_config_error():

@@ -41,7 +41,7 @@ class _Status:
             title=f"fireflash train — step {rt.trainer.step}/{self.steps}, weight version {rt.trainer.weight_version}",
             caption=f"attempts: {t.attempts} done ({len(t.rewards)} graded, {t.solved} solved, {t.lost_attempts} lost), "
             f"{rt.running_attempts} running · groups: {t.groups_done} done, {t.groups_zero_signal} zero-signal, "
-            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt),
+            f"{t.groups_lost} lost, {len(rt.queue)} queued" + _curation_caption(rt) + _mix_caption(rt),
             show_edge=False,
         )
         for col in ("step", "reward", "pass", "tokens/att", "entropy", "stale", "zero-sig", "trainer idle", "engine idle", "step s"):
@@ -77,6 +77,14 @@ def _curation_caption(runtime: Any) -> str:
     if sampler is None:
         return ""
     return f" · curation: {len(sampler.retired)} retired, {sampler.total['readmitted']} re-probes"
+
+
+def _mix_caption(runtime: Any) -> str:
+    """The live view's groups drawn per mix source, with each one's target share (issue 30); empty without a mix."""
+    mix = getattr(getattr(runtime, "loop", None), "mix", None)
+    if mix is None:
+        return ""
+    return " · mix: " + ", ".join(f"{s} {mix.drawn[s]} drawn (target {mix.weights[s]:.0%})" for s in mix.sources)
 
 
 def _fmt(m: dict[str, float], key: str, digits: int) -> str:
@@ -151,11 +159,12 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
         fireflash.training.checkpoint.CheckpointError: with ``resume``, it holds no checkpoint.
         fireflash.models.ModelNotFound: ``model.name_or_path`` does not resolve (not checked on resume: the
             checkpoint is the model).
-        fireflash.tasks.TaskLoadError: a task fails to load, or none is left after the pool manifest.
+        fireflash.tasks.TaskLoadError: a task fails to load, or none is left after the pool manifest (with
+            ``tasks.mix``: in any one source, named), or a task is in two sources.
         FileNotFoundError / ValueError: ``tasks.pool_manifest`` is missing or not a manifest.
         fireflash.tasks.heldout.HeldoutLeak: the pool holds held-out tasks and ``tasks.allow_heldout`` is off.
     """
-    from fireflash.curation.pool import load_pool
+    from fireflash.curation.pool import load_mix_pool, load_pool
     from fireflash.models import check_model
     from fireflash.tasks.heldout import check_not_heldout
     from fireflash.tracking import refuse_existing_run
@@ -169,7 +178,11 @@ def check_training(cfg: FireFlashConfig, resume: bool) -> list[Task]:
     else:
         refuse_existing_run(run_dir, "tracking.run_dir")
         check_model(cfg.model.name_or_path, cfg.model.cache_dir)
-    tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest, cfg.tasks.gate_reports_dir, sandbox=cfg.sandbox)
+    if cfg.tasks.mix:  # each task tagged with its source (metadata["source"]) for the run loop's draw
+        tasks = load_mix_pool({name: src.paths for name, src in cfg.tasks.mix.items()}, cfg.tasks.pool_manifest,
+                              cfg.tasks.gate_reports_dir, sandbox=cfg.sandbox)
+    else:
+        tasks = load_pool(cfg.tasks.paths, cfg.tasks.pool_manifest, cfg.tasks.gate_reports_dir, sandbox=cfg.sandbox)
     if not cfg.tasks.allow_heldout:
         check_not_heldout(tasks, "tasks.paths", allow_with="tasks.allow_heldout=true")
     return tasks
@@ -194,7 +207,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
                  else resolve_model_dir(cfg.model.name_or_path, cfg.model.cache_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(cfg))
-    console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}")
+    console.print(f"[bold]tasks[/]: {len(tasks)} from {', '.join(cfg.tasks.paths)}" + _mix_line(cfg, tasks))
     if cfg.runtime.backend == "ray":
         return await _train_ray(cfg, resume, run_dir, tasks, start_dir)
     engine_threads, trainer_threads = role_threads(cfg.runtime.threads_per_role, cfg.engine.num_threads)
@@ -233,6 +246,7 @@ async def _train(cfg: FireFlashConfig, resume: bool, tasks: list[Task] | None) -
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, cursor=cursor, writer=writer,
         save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=cfg.runtime.max_queued_groups,
         trainer_threads=trainer_threads, curation=cfg.runtime.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest),
+        mix=mix_weights(cfg),
     )
     start = time.perf_counter()
     try:
@@ -297,7 +311,7 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
         mode=rt.mode, hang_margin_sec=rt.hang_margin_sec, max_wall_sec=rt.max_wall_sec,
         checkpoint_every_steps=cfg.training.checkpoint_every_steps, resume=resume, writer=writer,
         save_trajectories=cfg.tracking.save_trajectories, max_queued_groups=rt.max_queued_groups,
-        curation=rt.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest), **servers,
+        curation=rt.curation, probe_seed=probe_seed(cfg.tasks.pool_manifest), mix=mix_weights(cfg), **servers,
     )
     console.print("[bold]placement[/]:\n  " + "\n  ".join(placement.describe()))
     start = time.perf_counter()
@@ -310,6 +324,24 @@ async def _train_ray(cfg: FireFlashConfig, resume: bool, run_dir: Path, tasks: l
             ray.shutdown()
     _summarize(cfg, runtime, run_dir, start)
     return run_dir
+
+
+def mix_weights(cfg: FireFlashConfig) -> dict[str, float] | None:
+    """``[tasks.mix]``'s source → weight (the run loop normalises them), or None without a mix (issue 30)."""
+    return {name: src.weight for name, src in cfg.tasks.mix.items()} or None
+
+
+def _mix_shares(cfg: FireFlashConfig) -> dict[str, float]:
+    """``[tasks.mix]``'s source → normalised weight (empty without a mix)."""
+    total = sum(src.weight for src in cfg.tasks.mix.values())
+    return {name: src.weight / total for name, src in cfg.tasks.mix.items()}
+
+
+def _mix_line(cfg: FireFlashConfig, tasks: list[Task]) -> str:
+    """Each source's task count and share, for the run's first line; empty without a mix."""
+    parts = [f"{name} {sum(t.metadata.get('source') == name for t in tasks)} tasks, share {share:.2f}"
+             for name, share in _mix_shares(cfg).items()]
+    return f" (mix: {'; '.join(parts)})" if parts else ""
 
 
 def probe_seed(pool_manifest: str | None) -> list[tuple[str, int, int, float]]:
@@ -370,6 +402,9 @@ def describe_plan(cfg: FireFlashConfig) -> str:
         f"staleness ≤ {cfg.rl.max_staleness}",
         f"sandbox: {cfg.sandbox.backend}; tasks: {', '.join(cfg.tasks.paths)}"
         + (f" filtered by {cfg.tasks.pool_manifest}" if cfg.tasks.pool_manifest else ""),
+        *(["task mix (share of new groups, deficit-based draw): " + ", ".join(
+            f"{name} {share:.2f} of {', '.join(cfg.tasks.mix[name].paths)}" for name, share in _mix_shares(cfg).items()
+        )] if cfg.tasks.mix else []),
         f"task draw: {rt.curation.sampler}"
         + (f" (retire after {rt.curation.retire_after_groups} zero-signal groups of a kind, re-probe every "
            f"{rt.curation.readmit_every_groups} groups)" if rt.curation.sampler == "online" else ""),

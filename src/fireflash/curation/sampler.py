@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from fireflash.curation.config import CurationConfig
@@ -86,8 +86,10 @@ class TaskSampler:
         return sorted((t for t in self.task_ids if states[t].retired_at is not None),
                       key=lambda t: (states[t].retired_at, t))
 
-    def draw(self, group_id: int, open_task_ids: Iterable[str] = (), uniform_task_id: str | None = None) -> str:
-        """The task of new group ``group_id``; ``open_task_ids``: the task of each group still sampling.
+    def draw(self, group_id: int, open_task_ids: Iterable[str] = (), uniform_task_id: str | None = None,
+             among: Collection[str] | None = None) -> str:
+        """The task of new group ``group_id``; ``open_task_ids``: the task of each group still sampling; ``among``:
+        draw only from these tasks (the source ``curation.mix.SourceMix`` chose; None: the whole pool).
 
         Under ``sampler = "uniform"`` it returns ``uniform_task_id`` (the scheduler's shuffled order) and only
         records the prediction.
@@ -97,14 +99,14 @@ class TaskSampler:
         if self.cfg.sampler == "uniform" and uniform_task_id is not None:
             task_id = uniform_task_id
         else:
-            task_id = self._draw_online(group_id, open_ids)
+            task_id = self._draw_online(group_id, open_ids, among)
         self.predicted[group_id] = self.rates.zero_signal_probability(task_id, self.weight_version)
         return task_id
 
-    def _draw_online(self, group_id: int, open_ids: Counter[str]) -> str:
-        retired = self.retired
+    def _draw_online(self, group_id: int, open_ids: Counter[str], among: Collection[str] | None = None) -> str:
+        retired = [t for t in self.retired if among is None or t in among]
         states = self.rates.tasks
-        active = [t for t in self.task_ids if states[t].retired_at is None]
+        active = [t for t in self.task_ids if states[t].retired_at is None and (among is None or t in among)]
         idle_retired = [t for t in retired if t not in open_ids]
         every = self.cfg.readmit_every_groups
         if idle_retired and (not active or (every and self.groups_drawn % every == 0)):

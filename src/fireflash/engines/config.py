@@ -1,5 +1,7 @@
 """Engine configuration. An engine's own flags pass straight through in `args` (STYLE.md 6)."""
 
+import json
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,8 +83,10 @@ class EngineConfig(BaseModel):
         "abort",
         description="HTTP engines: what pause() does to in-flight requests. SGLang: 'abort' | 'retract' | "
         "'in_place'; vLLM: 'abort' | 'wait' | 'keep'. 'abort' returns them with finish_reason 'abort' and "
-        "the tokens sampled so far, all on the old weight version. A vLLM weight update's own pause is always "
-        "'wait' (running turns finish on the old weights).",
+        "the tokens sampled so far, all on the old weight version (SGLang's own default). SGLang's 'retract' sends "
+        "them back to its queue and recomputes them on the new weights (a turn then spans two versions, the oldest "
+        "counting for staleness): what configs/cluster.toml uses, so an update costs no attempt; 'in_place' is refused "
+        "with flush_cache. A vLLM weight update's own pause is always 'wait' (running turns finish on the old weights).",
     )
     served_model_name: str | None = Field(
         None, description="vLLM: the `model` field of completion requests; None asks /v1/models."
@@ -91,3 +95,22 @@ class EngineConfig(BaseModel):
     args: dict[str, Any] = Field(
         default_factory=dict, description="Engine's own server flags, passed through verbatim."
     )
+
+
+def weight_transfer_backend(args: Mapping[str, Any] | None) -> str:
+    """The backend of vLLM's ``--weight-transfer-config`` in a server's ``engine.args`` ('nccl' when unset, as vLLM).
+
+    Here rather than in ``vllm.py`` so that placement (``fireflash train --dry-run``) reads it without torch.
+
+    Raises:
+        TypeError: the value is neither a dict nor a JSON object.
+    """
+    value = (args or {}).get("weight_transfer_config") or (args or {}).get("--weight-transfer-config") or {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"engine.args.weight_transfer_config = {value!r}: give a table, e.g. {{backend = 'nccl'}}")
+    return str(value.get("backend", "nccl"))

@@ -58,19 +58,33 @@ class WeightSyncFailed(RuntimeError):
 
 
 def _server_message(body: Any) -> str:
-    """The reason in an error body: SGLang's ``{"message": ...}`` (``http_server.py``), OpenAI's / vLLM's
-    ``{"error": {"message": ...}}``, else the body itself (shortened)."""
+    """The reason in an error body, from either engine (issue 31):
+
+    * SGLang (``http_server.py``): ``{"message": ...}`` at the top level (its ``ErrorResponse`` for a body that fails
+      validation; ``{"success": false, "message"}`` from weight routes), ``{"error": {"message"}}`` for a request its
+      tokenizer manager refuses (``_create_error_response``);
+    * vLLM: ``{"error": {"message", "type", "param", "code"}}`` (``ErrorResponse`` of the OpenAI routes),
+      ``{"detail": "..."}`` (FastAPI's ``HTTPException`` from its RL routes, ``serve/dev/rlhf/api_router.py``);
+    * FastAPI's validation list ``{"detail": [{"loc", "msg"}]}``;
+
+    else the body itself (shortened)."""
     if isinstance(body, dict):
         if isinstance(body.get("message"), str):
             return body["message"]
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return error["message"]
+        detail = body.get("detail")
+        if isinstance(detail, str):
+            return detail
+        if isinstance(detail, list) and detail and isinstance(detail[0], dict) and isinstance(detail[0].get("msg"), str):
+            return detail[0]["msg"]
     return str(body)[:400]
 
 
 def _blamed_field(body: Any) -> str:
-    """The request field a 4xx body points at, or ''."""
+    """The request field a 4xx body points at (FastAPI's ``detail[].loc``, OpenAI's ``error.param`` or the ``param`` of
+    SGLang's top-level ``ErrorResponse``), or ''."""
     if isinstance(body, dict):
         detail = body.get("detail")
         if isinstance(detail, list) and detail and isinstance(detail[0], dict) and "loc" in detail[0]:
@@ -78,6 +92,8 @@ def _blamed_field(body: Any) -> str:
         error = body.get("error")
         if isinstance(error, dict) and error.get("param"):
             return str(error["param"])
+        if body.get("object") == "error" and body.get("param"):
+            return str(body["param"])
     return ""
 
 

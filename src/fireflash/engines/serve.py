@@ -29,9 +29,12 @@ The subset of SGLang's native API it implements, with exactly the shapes ``SGLan
 What it does not do: text prompts (no tokenizer: send ``input_ids``), batched requests (a list of prompts, or
 ``n`` > 1: send one request per prompt), streaming, prompt logprobs (``logprob_start_len`` other than -1),
 sampling features FireFlash engines lack (top_k, min_p, penalties, stop strings, grammars: a non-neutral value
-is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal input. Weight failures answer
-400 ``{"success": false, "message"}`` as SGLang's do; a bad ``/generate`` body answers 400
-``{"detail": [{"loc": ["body", field...], "msg"}]}``, the field ``http.JSONClient`` names.
+is refused with 400 naming the field), ``load_format`` buckets, LoRA, multimodal input. Error bodies are SGLang's
+(``http_server.py``): weight failures answer 400 ``{"success": false, "message"}``; a bad body (``/generate``,
+``/pause_generation``) answers 400 with SGLang's ``ErrorResponse`` at the top level (``validation_exception_handler``:
+``{"object": "error", "message", "type", "param", "code"}``; FireFlash fills ``param`` with the field path, which
+``http.JSONClient`` names); a request the engine refuses answers 400 ``{"error": {"message"}}``
+(``_create_error_response``, as for SGLang's tokenizer manager's ``ValueError``).
 
 Where it behaves as SGLang (the client depends on each; recorded examples: tests/engines/contracts/):
 
@@ -41,8 +44,14 @@ Where it behaves as SGLang (the client depends on each; recorded examples: tests
   only trims text, and there is no text).
 * Per-call tensor lists (``model_runner.update_weights_from_distributed``): each call allocates and receives
   exactly the tensors it names; a bucketed update is several calls.
-* Pause 'abort' (``tokenizer_manager.pause_generation``): every in-flight request ends at once with
-  ``finish_reason`` ``{"type": "abort"}``, and new ones wait until ``/continue_generation``.
+* Pause 'abort', the default mode of SGLang's ``PauseGenerationReqInput`` (``io_struct.py``) and of this server
+  (``tokenizer_manager.pause_generation``): every in-flight request ends at once with ``finish_reason``
+  ``{"type": "abort"}``, and new ones wait until ``/continue_generation``.
+* Pause 'retract' (``scheduler.py``: running requests go back to the waiting queue, their KV freed): on an engine with
+  ``abort()`` (``LocalEngine``) each running request returns what it has sampled so far inside the server, waits
+  for ``/continue_generation``, and samples the rest with its prompt and those tokens prefilled again on the
+  weights then installed; its answer lists ``meta_info.weight_versions`` spans (``{"version", "start", "end"}``)
+  when two versions sampled it, and ``weight_version`` is the newest.
 
 Decisions where FireFlash engines differ from SGLang:
 
@@ -53,10 +62,11 @@ Decisions where FireFlash engines differ from SGLang:
   them together is stricter (no request sees half an update) and needs no pause around the buckets.
 * ``return_logprob`` false omits the logprob fields; ``output_top_logprobs`` rows are empty when
   ``top_logprobs_num`` is 0. Logprobs are the engine's (log softmax(logits / T), before top-p).
-* Pause modes 'retract' and 'in_place' map to ``engine.pause()``. A ``LocalEngine`` then stops between steps and
-  its running requests keep their KV cache; after ``/continue_generation`` they finish on the weights they started
-  with (stricter than SGLang's, where they resume on the new weights and report ``weight_versions`` spans). So a
-  caller must not wait for in-flight requests to return between pause and continue.
+* Pause 'in_place' maps to ``engine.pause()``: a ``LocalEngine`` stops between steps and its running requests keep
+  their KV cache; after ``/continue_generation`` they finish on the weights they started with (stricter than
+  SGLang's, where they go on with the old KV and the new weights and report ``weight_versions`` spans). So a caller
+  must not wait for in-flight requests to return between pause and continue. 'retract' on an engine without
+  ``abort()`` (``ScriptedEngine``) does the same.
 * Weight updates run pause → install → resume (``weight_sync.apply_between_turns``) unless the server was paused
   by ``/pause_generation``; then they install and leave it paused. ``flush_cache`` is accepted and ignored (a
   ``LocalEngine`` clears its prefix cache on every update); ``abort_all_requests: true`` is refused (nothing
@@ -90,7 +100,10 @@ from fireflash.engines.serve_bodies import (
     _JSON,
     BadRequest,
     _Body,
-    _detail,
+    _bad_request,
+    _engine_error,
+    _joined,
+    _version_spans,
     _DiskUpdate,
     _DistributedUpdate,
     _GroupName,
@@ -102,7 +115,7 @@ from fireflash.engines.serve_bodies import (
 )
 from fireflash.engines.serve_state import _in_thread, _receive, _Service
 from fireflash.engines.weight_sync import init_weight_update_group
-from fireflash.protocols import Engine, GenerateResult
+from fireflash.protocols import Engine, GenerateRequest, GenerateResult
 
 
 async def _json(request: Request) -> Any:
@@ -139,31 +152,44 @@ def build_app(
         try:
             g, req = _parse_generate(await _json(request), eos_token_ids)
         except BadRequest as e:
-            return _detail(e.loc, str(e))
+            return _bad_request(e.loc, str(e))
         except ValidationError as e:
             err = e.errors()[0]
-            return _detail(tuple(err["loc"]), err["msg"], err["type"])
-        await service.resumed.wait()  # a paused server holds new requests until /continue_generation
-        task = asyncio.ensure_future(engine.generate([req]))
-        service.in_flight.add(task)
-        try:
-            (res,) = await task
-        except asyncio.CancelledError:
-            if task not in service.aborted:  # this handler was cancelled (the client went away)
-                raise
-            # pause 'abort': SGLang ends the request with finish_reason abort (scheduler's abort_all)
-            res = GenerateResult(request_id=req.request_id, token_ids=[], logprobs=[], topk_ids=[], topk_logprobs=[],
-                                 finish_reason="abort", weight_version=engine.weight_version)
-        except ValueError as e:  # LocalEngine: empty prompt, id outside the vocabulary, prompt too long
-            return _detail(("input_ids",), str(e))
-        except Exception as e:  # noqa: BLE001 - the client gets the engine's reason, not a bare 500
-            from fireflash.engines.local import EngineClosed
+            return _bad_request(tuple(err["loc"]), err["msg"])
+        pieces: list[GenerateResult] = []  # one per stretch sampled between retracts
+        part = req
+        while True:
+            await service.resumed.wait()  # a paused server holds new requests until /continue_generation
+            task = asyncio.ensure_future(engine.generate([part]))
+            service.in_flight.add(task)
+            try:
+                (res,) = await task
+            except asyncio.CancelledError:
+                if task not in service.aborted:  # this handler was cancelled (the client went away)
+                    raise
+                # pause 'abort': SGLang ends the request with finish_reason abort (scheduler's abort_all)
+                res = GenerateResult(request_id=req.request_id, token_ids=[], logprobs=[], topk_ids=[],
+                                     topk_logprobs=[], finish_reason="abort", weight_version=engine.weight_version)
+            except ValueError as e:  # LocalEngine: empty prompt, id outside the vocabulary, prompt too long
+                return _engine_error(str(e))  # SGLang's answer to its tokenizer manager's ValueError
+            except Exception as e:  # noqa: BLE001 - the client gets the engine's reason, not a bare 500
+                from fireflash.engines.local import EngineClosed
 
-            status = 503 if isinstance(e, EngineClosed) else 500
-            return _JSON({"error": {"message": f"{type(e).__name__}: {e}"}}, status_code=status)
-        finally:
-            service.in_flight.discard(task)
-            service.aborted.discard(task)
+                return _engine_error(f"{type(e).__name__}: {e}", 503 if isinstance(e, EngineClosed) else 500)
+            finally:
+                service.in_flight.discard(task)
+                service.aborted.discard(task)
+            pieces.append(res)
+            left = part.params.max_new_tokens - len(res.token_ids)
+            if not (task in service.retracted and res.finish_reason == "abort" and left > 0):
+                break
+            service.retracted.discard(task)
+            # pause 'retract' (scheduler.py, retract_all: back to the waiting queue, KV freed): after
+            # /continue_generation its prompt and the tokens sampled so far are prefilled again and it samples on,
+            # on the weights installed meanwhile
+            part = GenerateRequest(request_id=req.request_id, prompt_ids=part.prompt_ids + res.token_ids,
+                                   params=part.params.model_copy(update={"max_new_tokens": left}))
+        res = _joined(pieces)
         n = len(res.token_ids)
         finish: dict[str, Any] = {"type": res.finish_reason}
         if res.finish_reason == "stop" and n:
@@ -178,9 +204,12 @@ def build_app(
             "finish_reason": finish,
             "prompt_tokens": len(req.prompt_ids),
             "completion_tokens": n,
-            "cached_tokens": res.n_cached_prompt_tokens,
+            "cached_tokens": pieces[0].n_cached_prompt_tokens,
             "weight_version": str(res.weight_version),
         }
+        spans = _version_spans(pieces)  # a retracted turn: which version sampled which tokens
+        if len({span["version"] for span in spans}) > 1:
+            meta["weight_versions"] = spans
         if g.return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(res.logprobs, res.token_ids, strict=True)]
             meta["output_top_logprobs"] = [
@@ -278,9 +307,9 @@ def build_app(
         try:
             mode = _Pause.model_validate(await _json(request)).mode
         except (BadRequest, ValidationError) as e:
-            return _detail(("mode",), str(e))
-        if mode not in ("abort", "retract", "in_place"):
-            return _detail(("mode",), f"mode {mode!r}: SGLang accepts 'abort', 'retract' or 'in_place'")
+            return _bad_request(("mode",), str(e))
+        if mode not in ("abort", "retract", "in_place"):  # io_struct.PauseGenerationReqInput.__post_init__
+            return _bad_request(("mode",), f"Invalid mode: {mode!r}. Expected one of ['abort', 'retract', 'in_place'].")
         service.resumed.clear()
         service.paused = True
         if mode == "abort":  # tokenizer_manager.pause_generation: abort every request, return once none runs
@@ -289,7 +318,12 @@ def build_app(
             for task in aborted:
                 task.cancel()
             await asyncio.gather(*aborted, return_exceptions=True)
-        await engine.pause()  # 'retract' / 'in_place': running requests keep their KV and finish after continue
+        elif mode == "retract" and hasattr(engine, "abort"):
+            # SGLang retracts every running request to its waiting queue: each returns what it sampled so far here
+            # and /generate samples the rest after /continue_generation (the loop above)
+            service.retracted.update(service.in_flight)
+            await engine.abort()
+        await engine.pause()  # 'in_place' (and 'retract' on an engine without abort): requests keep their KV
         return _JSON({"message": "Generation paused successfully."})
 
     async def resume(_: Request) -> JSONResponse:

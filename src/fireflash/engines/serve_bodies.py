@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
-from fireflash.protocols import GenerateRequest, SamplingParams
+from fireflash.protocols import GenerateRequest, GenerateResult, SamplingParams
 
 _CLIENT_TRY_SUFFIX = re.compile(r"-[0-9a-f]{8}$")  # SGLangEngine's fresh rid per try: request_id + "-" + 8 hex
 
@@ -114,8 +114,21 @@ class BadRequest(ValueError):
         self.loc = loc
 
 
-def _detail(loc: tuple[Any, ...], message: str, kind: str = "value_error") -> JSONResponse:
-    return _JSON({"detail": [{"loc": ["body", *loc], "msg": message, "type": kind}]}, status_code=400)
+def _bad_request(loc: tuple[Any, ...], message: str) -> JSONResponse:
+    """A body that fails validation, as SGLang answers it: 400 with its OpenAI-style ``ErrorResponse`` at the top level
+    (``http_server.py`` ``validation_exception_handler``, which turns FastAPI's 422 ``{"detail"}`` into this;
+    ``entrypoints/openai/protocol.py`` ``ErrorResponse``: object, message, type, param, code). SGLang leaves ``param``
+    null; FireFlash puts the field path there (the same shape), which ``http.JSONClient`` names."""
+    field = ".".join(map(str, loc))
+    return _JSON({"object": "error", "message": f"{field}: {message}" if field else message, "type": "Bad Request",
+                  "param": field or None, "code": 400}, status_code=400)
+
+
+def _engine_error(message: str, status: int = 400) -> JSONResponse:
+    """A request the engine refused, as SGLang answers a ``ValueError`` from its tokenizer manager:
+    ``{"error": {"message"}}`` (``http_server.py`` ``_create_error_response``, 400; FireFlash answers an engine failure
+    that is not the request's fault with 500 / 503, so the client retries it)."""
+    return _JSON({"error": {"message": message}}, status_code=status)
 
 
 def _refused(message: str) -> JSONResponse:
@@ -182,3 +195,24 @@ def _version(value: str | int) -> int:
         raise BadRequest(("weight_version",), f"weight_version {value!r} must be an integer (FireFlash versions are)")
     return int(text)
 
+
+
+def _joined(pieces: list[GenerateResult]) -> GenerateResult:
+    """One result from the stretches of a retracted request: their tokens in order, the last one's finish and
+    version (the server's; the spans tell which version sampled what)."""
+    last = pieces[-1]
+    return last.model_copy(update={
+        "token_ids": [t for p in pieces for t in p.token_ids], "logprobs": [x for p in pieces for x in p.logprobs],
+        "topk_ids": [t for p in pieces for t in p.topk_ids], "topk_logprobs": [x for p in pieces for x in p.topk_logprobs],
+    })
+
+
+def _version_spans(pieces: list[GenerateResult]) -> list[dict[str, Any]]:
+    """``meta_info.weight_versions`` of a retracted request: ``{"version", "start", "end"}`` per stretch that sampled
+    tokens, output positions end-exclusive (the shape in contracts/sglang_0.5/generate_weight_versions.json)."""
+    spans, start = [], 0
+    for piece in pieces:
+        if piece.token_ids:
+            spans.append({"version": str(piece.weight_version), "start": start, "end": start + len(piece.token_ids)})
+            start += len(piece.token_ids)
+    return spans

@@ -90,6 +90,7 @@ class _Service:
         self.staged: dict[str, dict[str, torch.Tensor]] = {}  # group → tensors received without a weight_version
         self.in_flight: set[asyncio.Future] = set()  # /generate calls on the engine (aborted by pause 'abort')
         self.aborted: set[asyncio.Future] = set()  # those a pause 'abort' cancelled
+        self.retracted: set[asyncio.Future] = set()  # those a pause 'retract' returned early, to sample on after continue
         self.resumed = asyncio.Event()  # set while not paused: /generate waits on it (tokenizer_manager's is_pause)
         self.resumed.set()
         self.install_lock = asyncio.Lock()  # one installation at a time (a Lock binds to a loop on first use)

@@ -39,17 +39,20 @@ driver whose trainer broadcasts once to several servers. The calls that meet the
 (``/init_weight_transfer_engine``, ``/update_weights``) are never retried: a repeated receive would wait for a
 broadcast that already happened.
 
-Weight version of a result: vLLM's completions do not report one (``/weight_info`` reports the server's current
-one: ``server_weight_version``), so a result carries the version this client installed last, and raises
-``WeightVersionMissing`` when an update went through this client while it ran (its tokens may come from two
-versions; an update's own pause waits for every in-flight request to finish first). ``fireflash
-train`` is the only writer of its servers' weights, so its results are labeled right.
+Weight version of a result: vLLM's completions do not report one. A client that installs the weights itself (the
+local backend) labels a result with the version it installed last, and raises ``WeightVersionMissing`` when an
+update went through it while the request ran (its tokens may come from two versions). A client that samples while
+another one updates the server (a rollout worker's on the Ray backend: ``versions_from_server``) asks
+``/weight_info`` before each request and labels the result with that version: every update runs under
+``/pause?mode=wait``, which lets running requests finish on the old weights and holds new ones until ``/resume``, so
+all of a result's tokens come from one version, the one read or a newer one; the one read is the oldest it can be,
+the version staleness must count (as SGLang's ``weight_versions`` spans count their oldest). ``fireflash train`` is
+the only writer of its servers' weights, so its results are labeled right.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -60,6 +63,7 @@ from typing import Any
 import httpx
 import torch
 
+from fireflash.engines.config import weight_transfer_backend  # noqa: F401 - re-exported (callers import it here)
 from fireflash.engines.http import (
     EngineHTTPError,
     JSONClient,
@@ -77,23 +81,6 @@ NEUTRAL_SAMPLING = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0, "presen
 """The sampling fields vLLM takes from server defaults when a request omits them (``CompletionRequest.
 _DEFAULT_SAMPLING_PARAMS`` less temperature and top_p, which the client always sends), at the values that switch
 them off."""
-
-
-def weight_transfer_backend(args: Mapping[str, Any] | None) -> str:
-    """The backend of ``--weight-transfer-config`` in a server's ``engine.args`` ('nccl' when unset, as vLLM).
-
-    Raises:
-        TypeError: the value is neither a dict nor a JSON object.
-    """
-    value = (args or {}).get("weight_transfer_config") or (args or {}).get("--weight-transfer-config") or {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = None
-    if not isinstance(value, Mapping):
-        raise TypeError(f"engine.args.weight_transfer_config = {value!r}: give a table, e.g. {{backend = 'nccl'}}")
-    return str(value.get("backend", "nccl"))
 
 
 def _token_id(token: str) -> int:
@@ -121,6 +108,9 @@ class VLLMEngine:
         transfer_backend: the server's ``--weight-transfer-config`` backend, which the trainer's end must match:
             'nccl' (vLLM) or 'gloo' (FireFlash's stand-in, ``engines/vllm_serve.py``).
         transfer_device: the trainer's CUDA device for 'nccl' (``VLLMTrainerTransfer``); None: the current one.
+        versions_from_server: label each result with ``/weight_info``'s version read before the request (a client
+            that samples while another client updates the server: the Ray backend's rollout workers); False: the
+            version this client installed last.
         transport: httpx transport override (tests).
     """
 
@@ -138,6 +128,7 @@ class VLLMEngine:
         weight_version: int = 0,
         transfer_backend: str = "nccl",
         transfer_device: str | None = None,
+        versions_from_server: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if pause_mode not in ("abort", "wait", "keep"):
@@ -151,6 +142,8 @@ class VLLMEngine:
         self.transfer_backend, self.transfer_device = transfer_backend, transfer_device
         self.transfer: Any = None  # VLLMTrainerTransfer, when this process is the trainer (trainer_broadcaster)
         self._paused = False  # paused by the caller: an update then neither pauses nor resumes
+        self._held = False  # left paused by an update that failed: the next update resumes it
+        self.versions_from_server = versions_from_server
 
     @property
     def weight_version(self) -> int:
@@ -200,9 +193,9 @@ class VLLMEngine:
         }
         if p.seed is not None:
             payload["seed"] = p.seed
-        version_at_submit = self._version
+        version_at_submit = await self._server_version(req.request_id) if self.versions_from_server else self._version
         body = await self.http.post("/v1/completions", payload)
-        if self._version != version_at_submit:
+        if not self.versions_from_server and self._version != version_at_submit:
             raise WeightVersionMissing(
                 f"vLLM server {self.http.base_url} does not report the weight version of {req.request_id!r}, and weight "
                 f"version {self._version} was installed while it ran on {version_at_submit}: its tokens may come from both"
@@ -276,6 +269,20 @@ class VLLMEngine:
         self.broadcast = self.transfer.send
         return self.broadcast
 
+    async def _server_version(self, request_id: str) -> int:
+        """The version the server reports now, as an int (module docstring: the oldest a result sent next can have).
+
+        Raises:
+            WeightVersionMissing: the server reports none (no update has finished on it) or not an integer.
+        """
+        version = await self.server_weight_version()
+        if version is None or not str(version).lstrip("-").isdigit():
+            raise WeightVersionMissing(
+                f"vLLM server {self.http.base_url} reports weight_version {version!r} at /weight_info before "
+                f"{request_id!r}: the trainer must push its weights (tagged with an integer version) before sampling"
+            )
+        return int(version)
+
     async def server_weight_version(self) -> str | None:
         """``GET /weight_info``: the version the server reports (set by ``/finish_weight_update``), or None."""
         return (await self.http.get("/weight_info")).get("weight_version")
@@ -300,7 +307,8 @@ class VLLMEngine:
     async def receive_broadcast(self, specs: Sequence[TensorSpec], version: int) -> None:
         """The server's half of a collective update: pause → start → ``/update_weights`` for ``specs`` (the server
         receives them while someone else broadcasts) → finish(weight_version) → resume; sets ``weight_version``.
-        A server the caller paused stays paused (no pause or resume is sent).
+        A server the caller paused stays paused (no pause or resume is sent). A failed ``/update_weights`` is finished
+        without a version and the server left paused, until an update succeeds (its weights may be half new).
 
         Raises:
             EngineRequestError / EngineHTTPError: the server refused or failed.
@@ -312,18 +320,33 @@ class VLLMEngine:
             shapes.append(list(shape))
         update_info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "packed": self.packed}
         paused_here = not self._paused
-        if paused_here:  # vLLM's pause-only RL sequence: pause → start → update → finish → resume
+        if paused_here and not self._held:  # vLLM's pause-only RL sequence: pause → start → update → finish → resume
             # 'wait', whatever pause_mode says: running turns finish on the old weights (as SGLang's update lock
             # does); 'abort' would end every attempt in flight (the harness ends an aborted turn's attempt)
-            await self.pause("wait")
+            await self.http.post("/pause", params={"mode": "wait"})
         try:
             await self.http.post("/start_weight_update", {"is_checkpoint_format": True})
+        except BaseException:
+            if paused_here and not self._held:  # nothing was loaded: serve on
+                await self.http.post("/resume")
+            raise
+        try:
             await self.http.request("POST", "/update_weights", {"update_info": update_info}, max_retries=0)
-            await self.http.post("/finish_weight_update", {"weight_version": str(version)})
-            self._version = version
-        finally:
-            if paused_here:
-                await self.resume()
+        except BaseException:
+            # rl_state_machine.py answers every later /start_weight_update with 409 until this update finishes, so
+            # finish it (no weight_version: the server keeps reporting the old one) and stay paused: vLLM loads each
+            # tensor as it arrives, so the weights may be half new; the caller sends all of them again
+            self._held = paused_here or self._held
+            try:
+                await self.http.post("/finish_weight_update", {})
+            except Exception:  # noqa: BLE001 - best effort: the server may be the one that died
+                pass
+            raise
+        await self.http.post("/finish_weight_update", {"weight_version": str(version)})
+        self._version = version
+        if paused_here:
+            self._held = False
+            await self.http.post("/resume")
 
     async def pause(self, mode: str | None = None) -> None:
         """``POST /pause?mode=...`` with ``mode``, or ``pause_mode`` when None."""
@@ -333,7 +356,7 @@ class VLLMEngine:
     async def resume(self) -> None:
         """``POST /resume``."""
         await self.http.post("/resume")
-        self._paused = False
+        self._paused = self._held = False
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -371,11 +394,17 @@ def launch_vllm(
     args: Mapping[str, Any] | None = None,
     timeout_sec: float = 600.0,
     log_path: Path | None = None,
+    host: str = "127.0.0.1",
+    die_with_parent: bool = False,
 ) -> subprocess.Popen:
     """Start ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` and wait for ``/health``.
+
+    ``host``: the interface it listens on ('0.0.0.0': every interface, as the Ray backend's engine servers do).
+    ``die_with_parent``: the kernel kills the server when the calling thread's process dies (``http.die_with_parent_hook``).
 
     Raises:
         EngineHTTPError: the server exited or did not become healthy in time (see its log).
     """
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
-    return start_server(vllm_command(model_path, port, args), port, timeout_sec, log_path=log_path, env=env)
+    return start_server(vllm_command(model_path, port, args, host), port, timeout_sec, host=host, log_path=log_path,
+                        env=env, die_with_parent=die_with_parent)

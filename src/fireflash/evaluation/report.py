@@ -5,7 +5,8 @@
 Panels are the run's health signals (RECIPE.md §1, §5): reward, pass rate, policy entropy (should fall
 slowly; a rise is the early warning), TIS clip shares (1–3% expected), drift |log π − log q| by
 staleness bucket, the share of turns dropped as too stale, the zero-signal group share (and online curation's:
-actual vs predicted, the pool's pass-rate quantiles, retired tasks; issue 29), trainer and
+actual vs predicted, the pool's pass-rate quantiles, retired tasks; issue 29), a task mix's cumulative
+share of trained groups per source beside its target weight (issue 30, also a table), trainer and
 engine idle shares, the queue depth (complete groups waiting for the trainer after each step), and
 tokens per attempt. A panel whose metrics the run never logged is listed as missing in the summary
 rather than drawn empty.
@@ -23,7 +24,8 @@ from fireflash.tracking import read_metrics
 
 @dataclass(frozen=True)
 class Panel:
-    """One plot: ``keys`` are metric names, or a single prefix ending in '_' / '/' matching several."""
+    """One plot: ``keys`` are metric names, or a single prefix ending in '_' / '/' matching several (those ending
+    in one of ``suffixes`` when they are given)."""
 
     name: str
     title: str
@@ -31,6 +33,7 @@ class Panel:
     ylabel: str
     share: bool = False  # values in [0, 1]: drawn on a fixed 0..1 axis
     from_zero: bool = False  # small non-negative values: start the axis at 0 so changes keep their scale
+    suffixes: tuple[str, ...] = ()
 
 
 PANELS = (
@@ -48,6 +51,8 @@ PANELS = (
           "pass rate", share=True),
     Panel("curation_retired", "Retired tasks (now) and re-probes (run total)",
           ("curation/retired_tasks", "curation/readmitted_total"), "tasks", from_zero=True),
+    Panel("mix", "Task mix: share of trained groups by source (run so far) and its weight", ("mix/",),
+          "share of groups", share=True, suffixes=("/trained_share", "/weight")),
     Panel("idle", "Idle shares", ("trainer/idle_share", "engine/idle_share"), "share of wall time", share=True),
     Panel("queue", "Queue depth (groups waiting for the trainer)", ("queue/groups",), "groups", from_zero=True),
     Panel("tokens", "Tokens per attempt", ("rollout/sampled_tokens_mean",), "sampled tokens"),
@@ -62,7 +67,9 @@ def _number(value: Any) -> float:
 def panel_series(rows: list[dict[str, Any]], panel: Panel) -> dict[str, tuple[list[int], list[float]]]:
     """metric name → (steps, values) for the metrics of ``panel`` present in ``rows`` (missing steps skipped)."""
     if len(panel.keys) == 1 and panel.keys[0].endswith(("_", "/")):
-        names = sorted({k for r in rows for k in r if k.startswith(panel.keys[0])}, key=_bucket_order)
+        prefix, suffixes = panel.keys[0], panel.suffixes
+        names = sorted({k for r in rows for k in r if k.startswith(prefix) and (not suffixes or k.endswith(suffixes))},
+                       key=_bucket_order)
     else:
         names = [k for k in panel.keys if any(k in r for r in rows)]
     series = {}
@@ -105,6 +112,24 @@ def _draw(ax: Any, panel: Panel, series: dict[str, tuple[list[int], list[float]]
 def _stats(values: list[float]) -> tuple[float, float, float, float]:
     finite = [v for v in values if math.isfinite(v)] or [math.nan]
     return finite[0], finite[-1], min(finite), max(finite)
+
+
+def _mix_table(rows: list[dict[str, Any]]) -> list[str]:
+    """report.md's task-mix table (issue 30): per source, the target weight and the run's groups and shares,
+    drawn and trained, from the last row that has them; empty for a run without ``[tasks.mix]``."""
+    last = next((r for r in reversed(rows) if any(k.startswith("mix/") for k in r)), None)
+    if last is None:
+        return []
+    sources = sorted({k.split("/")[1] for k in last if k.startswith("mix/")})
+    out = ["Task mix (`[tasks.mix]`; weights apply to groups drawn, zero-signal and lost groups never train):", "",
+           "| source | weight | groups drawn | share drawn | groups trained | share trained |", "|---|---|---|---|---|---|"]
+    for s in sources:
+        drawn = sum(_number(r.get(f"mix/{s}/drawn", 0.0)) for r in rows)
+        trained = sum(_number(r.get(f"mix/{s}/trained", 0.0)) for r in rows)
+        out.append(f"| {s} | {_number(last.get(f'mix/{s}/weight')):.3f} | {drawn:.0f} | "
+                   f"{_number(last.get(f'mix/{s}/drawn_share')):.3f} | {trained:.0f} | "
+                   f"{_number(last.get(f'mix/{s}/trained_share')):.3f} |")
+    return [*out, ""]
 
 
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
@@ -152,7 +177,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     if warnings:
         lines += [f"**Entropy rising** (early warning, RECIPE.md §5) at steps {', '.join(map(str, warnings))}.", ""]
     lost = sum(_number(r.get("groups/lost_to_infrastructure", 0.0)) for r in rows)
-    lines += [f"Groups lost to infrastructure: {lost:.0f}.", "", "![overview](overview.png)" if drawn else "", ""]
+    lines += [f"Groups lost to infrastructure: {lost:.0f}.", "", *_mix_table(rows),
+              "![overview](overview.png)" if drawn else "", ""]
     lines += ["| metric | first | last | min | max |", "|---|---|---|---|---|"]
     for _panel, series in drawn:
         for name, (_steps, values) in series.items():

@@ -25,6 +25,7 @@ from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
 
 if TYPE_CHECKING:
+    from fireflash.curation.mix import SourceMix
     from fireflash.curation.sampler import TaskSampler
 
 
@@ -59,6 +60,9 @@ class GroupScheduler:
         cursor: a saved ``cursor()`` to resume from.
         sampler: draws each new group's task (``curation.sampler.TaskSampler``, given the shuffled order's
             choice for its uniform mode) and hears every settled group (``settle``); None: the shuffled order.
+        mix: draws each new group's source first (``curation.mix.SourceMix``, ``[tasks.mix]``, issue 30); the
+            task is then drawn within that source: its own shuffled order (epoch e of a source: its k-th group
+            with e = k // its task count) or the sampler restricted to it. None: one pool.
 
     Raises:
         ValueError: an empty pool, or a cursor naming a task not in the pool.
@@ -66,12 +70,13 @@ class GroupScheduler:
 
     def __init__(
         self, tasks: Sequence[Task], group_size: int, seed: int, cursor: dict[str, Any] | None = None,
-        sampler: TaskSampler | None = None,
+        sampler: TaskSampler | None = None, mix: SourceMix | None = None,
     ):
         if not tasks:
             raise ValueError("the task pool is empty: check tasks.paths (and tasks.pool_manifest)")
         self.tasks = {t.id: t for t in tasks}
-        self.group_size, self.seed, self.sampler = group_size, seed, sampler
+        self.group_size, self.seed, self.sampler, self.mix = group_size, seed, sampler, mix
+        self._source_ids = {s: frozenset(ids) for s, ids in mix.task_ids.items()} if mix is not None else {}
         self.next_group = 0
         self.pending: dict[int, _Pending] = {}
         self._reissue: list[int] = []
@@ -84,8 +89,9 @@ class GroupScheduler:
                 self.pending[int(gid)] = _Pending(self.tasks[tid])
                 self._reissue.append(int(gid))
 
-    def _task_for(self, group_id: int) -> Task:
-        ids = sorted(self.tasks)
+    def _task_for(self, group_id: int, ids: Sequence[str] | None = None) -> Task:
+        """Entry ``group_id`` of the seeded shuffled order over ``ids`` (default: the whole pool)."""
+        ids = sorted(self.tasks if ids is None else ids)
         epoch, pos = divmod(group_id, len(ids))
         random.Random(self.seed + epoch).shuffle(ids)
         return self.tasks[ids[pos]]
@@ -99,9 +105,15 @@ class GroupScheduler:
                 return Slot(gid, p.task, p.issued - 1)
         gid = self.next_group
         self.next_group += 1
-        task = self._task_for(gid)
+        among = None
+        if self.mix is None:
+            task = self._task_for(gid)
+        else:
+            source = self.mix.draw(gid)
+            among = self._source_ids[source]
+            task = self._task_for(self.mix.drawn[source] - 1, self.mix.task_ids[source])
         if self.sampler is not None:
-            task = self.tasks[self.sampler.draw(gid, [p.task.id for p in self.pending.values()], task.id)]
+            task = self.tasks[self.sampler.draw(gid, [p.task.id for p in self.pending.values()], task.id, among)]
         self.pending[gid] = _Pending(task, issued=1)
         return Slot(gid, task, 0)
 
@@ -162,9 +174,14 @@ class GroupScheduler:
     def cursor(self, queued: Sequence[int] | Mapping[int, str] = ()) -> dict[str, Any]:
         """JSON-able state. Groups issued but not trained (``pending`` and the ``queued`` ones) rerun on resume.
 
-        ``queued``: the queued groups' ids → task ids (needed when a sampler drew them), or their ids alone
-        (the shuffled order recomputes their tasks).
+        ``queued``: the queued groups' ids → task ids (needed when a sampler or a mix drew them), or their ids
+        alone (the shuffled order recomputes their tasks).
+
+        Raises:
+            ValueError: ids alone with a mix (a group's task depends on the sources drawn before it).
         """
+        if self.mix is not None and not isinstance(queued, Mapping):
+            raise ValueError("GroupScheduler.cursor with a task mix needs the queued groups' task ids (a mapping)")
         queued_tasks = dict(queued) if isinstance(queued, Mapping) else {g: self._task_for(g).id for g in queued}
         unfinished = {gid: p.task.id for gid, p in self.pending.items()} | queued_tasks
         return {"next_group": self.next_group, "unfinished": {str(g): unfinished[g] for g in sorted(unfinished)}}

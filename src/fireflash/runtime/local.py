@@ -117,6 +117,7 @@ class LocalRuntime(LoopStateView):
     ``trainer_threads``: torch threads of the trainer thread (``TrainerThread``); None inherits.
     ``cursor``: a checkpoint's (``Trainer.restore``) on ``--resume``: groups to rerun, the entropy history, the curation state.
     ``curation`` / ``probe_seed``: the draw of each new group's task (``RLLoop``; None: seeded shuffled order).
+    ``mix``: ``[tasks.mix]``'s source → weight; each new group's source is drawn first (``RLLoop``; None: one pool).
 
     The loop is ``self.loop`` (``runtime.loop.RLLoop``); this class is its ``LoopHooks``.
     """
@@ -151,6 +152,7 @@ class LocalRuntime(LoopStateView):
         trainer_threads: int | None = None,
         curation: CurationConfig | None = None,
         probe_seed: Sequence[tuple[str, int, int, float]] = (),
+        mix: Mapping[str, float] | None = None,
     ) -> None:
         self.backend, self.tokenizer, self.trainer, self.grader_for = backend, tokenizer, trainer, grader_for
         self.engine = MeteredEngine(engine)
@@ -164,7 +166,7 @@ class LocalRuntime(LoopStateView):
             groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
             discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
             checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
-            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
+            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed, mix=mix,
         )
         self.loop.load_cursor(cursor)
 

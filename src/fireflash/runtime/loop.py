@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from fireflash.curation.config import CurationConfig
+from fireflash.curation.mix import SourceMix
 from fireflash.curation.sampler import TaskSampler
 from fireflash.protocols import Group, Task
 from fireflash.rl.config import ObjectiveConfig
@@ -216,6 +217,11 @@ class RLLoop:
     per probed task), whose state the checkpoint cursor carries and whose ``curation/*`` metrics join every
     row; None keeps the seeded shuffled order without curation state.
 
+    ``mix`` (``[tasks.mix]``, issue 30): source name → weight; each task's source is its ``metadata["source"]``
+    (``curation.pool.load_mix_pool``). Each new group's source is drawn by weight (``curation.mix.SourceMix``),
+    then its task within that source as above; the counts ride in the cursor (``cursor["mix"]``) and
+    ``mix/<source>/*`` (weight, groups drawn and trained, cumulative shares) join every row. None: one pool.
+
     Call ``load_cursor`` before ``run``. Other args: as ``LocalRuntime``.
     """
 
@@ -240,8 +246,11 @@ class RLLoop:
         max_queued_groups: int | None = None,
         curation: CurationConfig | None = None,
         probe_seed: Sequence[tuple[str, int, int, float]] = (),
+        mix: Mapping[str, float] | None = None,
     ) -> None:
         self.hooks = hooks
+        self.mix_weights = dict(mix) if mix else None
+        self.mix: SourceMix | None = None  # set by load_cursor when a mix is given
         self.curation, self.probe_seed = curation, list(probe_seed)
         self.sampler: TaskSampler | None = None  # set by load_cursor when curation is on
         self.tasks, self.group_size, self.seed = list(tasks), group_size, seed
@@ -270,27 +279,35 @@ class RLLoop:
         """Start from ``cursor`` (a checkpoint's, on ``--resume``: groups to rerun, entropy history) or afresh.
 
         Raises:
-            ValueError: the cursor names tasks not in the pool, or the pool is empty (``GroupScheduler``).
+            ValueError: the cursor names tasks not in the pool, or the pool is empty (``GroupScheduler``); with
+                a mix, a task without a source or a source without a task (``SourceMix``).
         """
         self.sampler = None
+        self.mix = None
+        if self.mix_weights is not None:
+            self.mix = SourceMix.from_tasks(self.tasks, self.mix_weights, self.seed)
+            if cursor and "mix" in cursor:
+                self.mix.load_state_dict(cursor["mix"])
         if self.curation is not None:
             self.sampler = TaskSampler([t.id for t in self.tasks], self.curation, self.group_size, self.seed)
             if cursor and "curation" in cursor:  # the probe's seed is in the saved state already
                 self.sampler.load_state_dict(cursor["curation"])
             else:
                 self.sampler.seed_probe(self.probe_seed)
-        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor, self.sampler)
+        self.scheduler = GroupScheduler(self.tasks, self.group_size, self.seed, cursor, self.sampler, self.mix)
         self.entropy_history = list((cursor or {}).get("entropy_history", []))
 
     def cursor(self) -> dict[str, Any]:
         """What a checkpoint carries for ``--resume``: the scheduler's cursor (queued groups rerun), the
         entropy history, so the entropy-rise detector's lowest window survives the resume, and the curation
-        state (per-task outcome counts, streaks, retirements). JSON-able."""
+        state (per-task outcome counts, streaks, retirements) and the mix's per-source counts. JSON-able."""
         assert self.scheduler is not None, "load_cursor first"
         out = self.scheduler.cursor({gid: g.task_id for gid, g in self.queue.items})
         out["entropy_history"] = list(self.entropy_history)
         if self.sampler is not None:
             out["curation"] = self.sampler.state_dict(int(g) for g in out["unfinished"])
+        if self.mix is not None:
+            out["mix"] = self.mix.state_dict()
         return out
 
     async def run(self) -> list[dict[str, float]]:
@@ -408,6 +425,8 @@ class RLLoop:
                     ) from e
                 continue
             await hooks.publish_weights()
+            if self.mix is not None:
+                self.mix.count_trained(g.task_id for g in groups)
             if self.sampler is not None:  # groups settled from now on were sampled with the new weights
                 self.sampler.weight_version = hooks.weight_version
             trainer_busy += metrics["step_sec"]
@@ -428,7 +447,8 @@ class RLLoop:
                 "entropy/rise": rise.rise,
                 "entropy/warning": float(rise.warning),
                 "wall_sec": wall,
-            } | hooks.extra_metrics() | (self.sampler.metrics() if self.sampler is not None else {})
+            } | hooks.extra_metrics() | (self.sampler.metrics() if self.sampler is not None else {}) | (
+                self.mix.metrics() if self.mix is not None else {})
             self.skipped_steps = 0
             self.history.append(metrics)
             # the row before the checkpoint: a kill between the two then reruns a logged step (its row is

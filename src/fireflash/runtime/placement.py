@@ -62,6 +62,7 @@ class Placement:
     def describe(self) -> list[str]:
         """Human-readable lines, one per role (what ``--dry-run`` prints)."""
         total = self.num_nodes * self.gpus_per_node
+        group = "vLLM's weight-transfer group" if self.engine_kind == "vllm" else "a weight-update group"
         gpu = lambda n: f"{n} GPU" + ("s" if n != 1 else "")  # noqa: E731
         engine_where = (
             "inside each rollout worker" if self.engines_in_workers
@@ -81,11 +82,42 @@ class Placement:
             "weights: trainer rank 0 → object store → every rollout worker's engine, version + 1 after each step"
             if self.engines_in_workers else
             "weights: trainer rank 0 → every engine server, version + 1 after each step, "
-            + ("by one broadcast through a weight-update group "
+            + (f"by one broadcast through {group} "
                f"({'NCCL' if self.gpus_per_engine else 'gloo'}, {self.gpus_per_engine or 1} rank(s) per server)"
                if self.weight_sync == "collective" else "by an HF directory each server loads (run_dir/weights)"),
         ]
         return lines
+
+
+def _check_vllm(engine: EngineConfig, gpus: int) -> None:
+    """vLLM servers on Ray (issue 31): launchable, and their weight-transfer backend is the one the trainer's end uses
+    (NCCL on GPUs; FireFlash's gloo stand-in of it on a CPU cluster, whose servers are started elsewhere).
+
+    Raises:
+        PlacementError: the message names the field and the fix.
+    """
+    from fireflash.engines.config import weight_transfer_backend
+    from fireflash.runtime.servers import check_launchable
+
+    if not engine.url:
+        try:
+            check_launchable(engine)
+        except ValueError as e:
+            raise PlacementError(str(e)) from None
+    if not gpus and not engine.url:
+        raise PlacementError(
+            "engine.kind = 'vllm' on a cluster without GPUs (runtime.ray.gpus_per_node = 0): vLLM's weight transfer is "
+            "NCCL; give the cluster's GPUs, or use engine.kind = 'sglang' with engine.server = 'fireflash' on CPU nodes"
+        )
+    if engine.weight_sync != "collective":
+        raise PlacementError("engine.kind = 'vllm' takes new weights only through its weight-transfer group: use "
+                             "engine.weight_sync = 'collective'")
+    backend, want = weight_transfer_backend(engine.args), "nccl" if gpus else "gloo"
+    if backend != want:
+        raise PlacementError(
+            f"engine.args.weight_transfer_config.backend = {backend!r} on a cluster with {gpus} GPUs: the trainer "
+            f"sends over {want!r} there; set engine.args.weight_transfer_config = {{backend = '{want}'}}"
+        )
 
 
 def engine_tp_size(engine: EngineConfig) -> int:
@@ -112,11 +144,7 @@ def plan_placement(ray: RayConfig, engine: EngineConfig, max_inflight_attempts: 
     total = ray.num_nodes * ray.gpus_per_node
     in_workers = engine.kind in ("local", "scripted")
     if engine.kind == "vllm":
-        raise PlacementError(
-            "engine.kind = 'vllm' on the Ray backend: vLLM takes new weights only through its own trainer-side "
-            "communicator, which FireFlash does not drive yet; use engine.kind = 'sglang' (eval and probe can use "
-            "a vLLM server)"
-        )
+        _check_vllm(engine, gpus=total)
     workers = ray.num_rollout_workers
     common = dict(
         num_nodes=ray.num_nodes, gpus_per_node=ray.gpus_per_node,

@@ -219,11 +219,13 @@ class TrainerWorker:
     # ---- engine servers (RECIPE.md §1: new weights after every step) ----
 
     def join_weight_group(
-        self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float
+        self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float,
+        protocol: str = "sglang",
     ) -> None:
-        """Rank 0: create the weight-update group with the engine servers (blocks until they have joined)."""
+        """Rank 0: create the weight-update group with the engine servers (blocks until they have joined);
+        ``protocol``: the servers' kind, 'sglang' or 'vllm' (``TrainerWeightSender.join``)."""
         if self.rank == 0:
-            self.sender.join(address, port, world_size, backend, group_name, timeout_sec)
+            self.sender.join(address, port, world_size, backend, group_name, timeout_sec, protocol)
 
     def weight_specs(self) -> list[Any] | None:
         """(name, dtype, shape) of every tensor rank 0 sends; None on other ranks. Collective."""

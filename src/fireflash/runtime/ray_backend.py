@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -89,7 +89,7 @@ class RayRuntime(LoopStateView):
         build_server: for engine servers (``placement.engines_in_workers`` False): starts server i inside its
             actor (``servers.ServerBuilder``, e.g. ``servers.launch_engine_server``); Ray restarts it when it dies.
         engine_urls: instead of ``build_server``, servers started elsewhere (used as they are, never restarted).
-        connect_server: ``url → client`` (``SGLangEngine``) the driver pushes weights through.
+        connect_server: ``url → client`` (``SGLangEngine``, ``VLLMEngine``) the driver pushes weights through.
         weight_sync: 'collective' (one broadcast from trainer rank 0 through a weight-update group: NCCL on GPUs,
             gloo on CPU) or 'disk' (an HF directory under ``run_dir/weights`` that every server loads).
         weight_sync_timeout_sec: a server that does not join the group, or a transfer that stalls, fails after this.
@@ -132,6 +132,7 @@ class RayRuntime(LoopStateView):
         engine_start_timeout_sec: float = 900.0,
         curation: CurationConfig | None = None,
         probe_seed: Sequence[tuple[str, int, int, float]] = (),
+        mix: Mapping[str, float] | None = None,
     ) -> None:
         if not placement.engines_in_workers and connect_server is None:
             raise ValueError("engine servers need connect_server (url → client) to push weights to them")
@@ -149,7 +150,7 @@ class RayRuntime(LoopStateView):
             groups_per_step=groups_per_step, max_inflight_attempts=max_inflight_attempts,
             discard_zero_signal_groups=discard_zero_signal_groups, mode=mode, max_wall_sec=max_wall_sec,
             checkpoint_every_steps=checkpoint_every_steps, writer=writer, save_trajectories=save_trajectories,
-            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed,
+            max_queued_groups=max_queued_groups, curation=curation, probe_seed=probe_seed, mix=mix,
         )
         self.trainer = TrainerProgress()
         self.workers: list[WorkerView] = []
@@ -163,7 +164,7 @@ class RayRuntime(LoopStateView):
             server_sync = ServerWeightSync(
                 weight_sync, connect_server, ranks_per_server=max(placement.gpus_per_engine, 1),
                 backend="nccl" if placement.gpus_per_engine else "gloo", weights_dir=self.run_dir / "weights",
-                timeout_sec=weight_sync_timeout_sec,
+                timeout_sec=weight_sync_timeout_sec, protocol=placement.engine_kind,
             )
         # engine servers (none when engines live in the workers)
         self.fleet = ServerFleet(

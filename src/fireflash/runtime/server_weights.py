@@ -18,6 +18,12 @@ steps, with the same one-version-per-turn result. The group's members are the se
 pinged before the group is formed and before every update): a server that dies is dropped (the group is formed
 anew without it) and joins a new group when Ray has restarted it.
 
+vLLM servers (``engine.kind = 'vllm'``, ``protocol = 'vllm'``) take the same broadcast through vLLM's own weight-transfer
+group: trainer rank 0 is its rank 0 through ``engines/vllm_transfer.VLLMTrainerTransfer`` (vLLM's NCCL trainer side on
+GPUs, its gloo stand-in on CPU), each server joins with ``/init_weight_transfer_engine`` and receives during
+``/update_weights`` between ``/pause?mode=wait`` and ``/resume`` (``VLLMEngine.receive_broadcast``); there is no route
+to leave a group, so a server joins the next one in place. Disk updates do not exist for vLLM.
+
 Simplifications, named: a server that dies in the middle of a transfer leaves trainer rank 0 blocked in the
 collective until ``weight_sync_timeout_sec`` (gloo then raises and the update is retried without it; NCCL's
 watchdog may abort the trainer process, which ends the run: ``--resume`` continues from the last checkpoint).
@@ -43,17 +49,40 @@ class TrainerWeightSender:
 
     def __init__(self) -> None:
         self.group: Any = None
+        self.transfer: Any = None  # VLLMTrainerTransfer, when the servers are vLLM's
         self.send: Callable[[list[tuple[str, Any]]], None] | None = None
 
-    def join(self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float) -> None:
-        """Create the group as its rank 0 (blocks until every server has joined); leaves an earlier one."""
+    def join(
+        self, address: str, port: int, world_size: int, backend: str, group_name: str, timeout_sec: float,
+        protocol: str = "sglang",
+    ) -> None:
+        """Create the group as its rank 0 (blocks until every server has joined); leaves an earlier one.
+
+        ``protocol``: 'sglang' (a torch process group named ``group_name``, SGLang's ``init_weights_update_group``) or
+        'vllm' (vLLM's stateless weight-transfer group on ``backend``; ``group_name`` unused).
+
+        Raises:
+            ValueError: another protocol.
+        """
         from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
 
         self.leave()
-        self.group = init_weight_update_group(address, port, 0, world_size, backend, group_name, timeout_sec)
-        self.send = tensor_broadcaster(self.group, "cuda" if backend == "nccl" else "cpu")
+        if protocol == "vllm":
+            from fireflash.engines.vllm_transfer import VLLMTrainerTransfer
+
+            self.transfer = VLLMTrainerTransfer(backend)
+            self.transfer.join(address, port, world_size, timeout_sec)
+            self.send = self.transfer.send
+        elif protocol == "sglang":
+            self.group = init_weight_update_group(address, port, 0, world_size, backend, group_name, timeout_sec)
+            self.send = tensor_broadcaster(self.group, "cuda" if backend == "nccl" else "cpu")
+        else:
+            raise ValueError(f"weight-update protocol {protocol!r}: use 'sglang' or 'vllm' (engine.kind)")
 
     def leave(self) -> None:
+        if self.transfer is not None:
+            self.transfer.leave()
+            self.transfer = self.send = None
         if self.group is not None:
             import torch.distributed as dist
 
@@ -101,6 +130,10 @@ class ServerWeightSync:
         backend: 'nccl' (GPUs) or 'gloo' (CPU).
         weights_dir: where disk mode writes.
         timeout_sec: a member that does not join, or a transfer that stalls, fails after this long.
+        protocol: the servers' weight-update API, ``engine.kind``: 'sglang' or 'vllm' (collective only).
+
+    Raises:
+        ValueError: 'vllm' with mode 'disk' (vLLM's RL routes take weights only through their group).
     """
 
     def __init__(
@@ -111,7 +144,12 @@ class ServerWeightSync:
         backend: str,
         weights_dir: Path,
         timeout_sec: float,
+        protocol: str = "sglang",
     ) -> None:
+        if protocol == "vllm" and mode != "collective":
+            raise ValueError("engine.kind = 'vllm' takes new weights only through its weight-transfer group: use "
+                             "engine.weight_sync = 'collective'")
+        self.protocol = protocol
         self.mode, self.connect, self.ranks_per_server = mode, connect, ranks_per_server
         self.backend, self.weights_dir, self.timeout_sec = backend, Path(weights_dir), timeout_sec
         self.clients: dict[str, Any] = {}  # by URL
@@ -135,7 +173,10 @@ class ServerWeightSync:
         # and its leave waits for that; the new group, under a new name, does not
         for u in urls:
             if u in self.group_of:
-                self._background(self._client(u).destroy_weight_sync(self.group_of.pop(u)))
+                leave = getattr(self._client(u), "destroy_weight_sync", None)  # vLLM has no route to leave
+                name = self.group_of.pop(u)
+                if leave is not None:
+                    self._background(leave(name))
         self.generation += 1
         name = f"fireflash-weights-{self.generation}"
         address, port = await trainers[0].address.remote()
@@ -144,7 +185,8 @@ class ServerWeightSync:
         for u, c in zip(urls, clients):
             c.group_name = self.group_of[u] = name
         await asyncio.gather(
-            trainers[0].join_weight_group.remote(address, port, world, self.backend, name, self.timeout_sec),
+            trainers[0].join_weight_group.remote(address, port, world, self.backend, name, self.timeout_sec,
+                                                 self.protocol),
             *(c.init_weight_sync(address, port, world, rank_offset=1 + i * self.ranks_per_server, backend=self.backend)
               for i, c in enumerate(clients)),
         )

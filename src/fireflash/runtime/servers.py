@@ -1,4 +1,4 @@
-"""Rollout engines as servers on the Ray backend: launching SGLang (or FireFlash's own) processes inside actors.
+"""Rollout engines as servers on the Ray backend: launching SGLang, vLLM (or FireFlash's own) processes inside actors.
 
     EngineServerWorker × E (Ray actor, gpus_per_engine GPUs)        RayRuntime (driver)
       build_server(index) → RunningServer: a process, its URL  ───►   each attempt goes to the healthy server with
@@ -10,9 +10,9 @@
 Weights reach the servers through ``server_weights.py``; the local backend's one server is ``local_server.py``.
 
 Simplifications, named: a server that is alive but hangs is not detected (its requests time out and cost their
-attempts' tries); vLLM servers are not driven here, because vLLM's weight transfer needs its own trainer-side
-communicator (``engines/vllm.py``); an ``engine.url`` given in the config is used as one external server that
-FireFlash neither launches nor restarts.
+attempts' tries); an ``engine.url`` given in the config is used as one external server that FireFlash neither
+launches nor restarts; FireFlash's vLLM stand-in (``engines/vllm_serve.py``) runs in process only (tests), so
+``engine.kind = 'vllm'`` launches vLLM itself.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ ServerBuilder = Callable[[int], RunningServer]
 partial of one). Ray has set CUDA_VISIBLE_DEVICES to the actor's GPUs."""
 
 ServerClient = Callable[[str], Any]
-"""``connect(url) → Engine`` client speaking the server's API (``SGLangEngine``), with ``init_weight_sync`` and
-``receive_broadcast`` for the collective path."""
+"""``connect(url) → Engine`` client speaking the server's API (``SGLangEngine`` or ``VLLMEngine``), with
+``init_weight_sync`` and ``receive_broadcast`` for the collective path."""
 
 
 class EnginesLost(RuntimeError):
@@ -99,24 +99,26 @@ def launch_engine_server(
     free port of this node, listening on every interface, its log in ``log_dir/engine-{index}.log``; the kernel
     kills it when the actor's process dies, so a restarted actor never finds the old server on its GPUs.
 
-    ``engine.server = 'native'`` launches SGLang itself with its own flags ``engine.args`` passed through;
-    ``'fireflash'`` launches FireFlash's SGLang-compatible server over the local transformers engine (CPU nodes),
-    configured by the section's local-engine fields, with the actor's CPU reservation ``num_cpus`` as its thread
-    budget unless ``engine.num_threads`` is set.
+    ``engine.server = 'native'`` launches SGLang (``engine.kind = 'sglang'``) or vLLM (``'vllm'``, with
+    ``VLLM_SERVER_DEV_MODE=1`` and the weight-transfer flags of ``launch_vllm``) itself, with its own flags
+    ``engine.args`` passed through; ``'fireflash'`` launches FireFlash's SGLang-compatible server over the local
+    transformers engine (CPU nodes), configured by the section's local-engine fields, with the actor's CPU reservation
+    ``num_cpus`` as its thread budget unless ``engine.num_threads`` is set.
 
     Raises:
-        ValueError: a kind other than 'sglang'.
+        ValueError: a kind other than 'sglang' / 'vllm', or 'vllm' with ``engine.server = 'fireflash'``.
         fireflash.engines.http.EngineHTTPError: the server exited or did not become healthy in time.
     """
-    if engine.kind != "sglang":
-        raise ValueError(
-            f"engine.kind = {engine.kind!r}: the Ray backend launches SGLang-API servers only (vLLM's weight transfer "
-            "needs its own trainer-side communicator); use engine.kind = 'sglang'"
-        )
+    check_launchable(engine)
     port = free_port()
     log = Path(log_dir) / f"engine-{index}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    if engine.server == "fireflash":
+    if engine.kind == "vllm":
+        from fireflash.engines.vllm import launch_vllm
+
+        process = launch_vllm(model_dir, port, engine.args, timeout_sec=timeout_sec, log_path=log, host="0.0.0.0",
+                              die_with_parent=True)
+    elif engine.server == "fireflash":
         from fireflash.engines.serve_process import launch_fireflash_server
 
         local = {k: getattr(engine, k) for k in _LOCAL_ENGINE_FIELDS}
@@ -133,11 +135,29 @@ def launch_engine_server(
     return ProcessServer(process, f"http://{_node_ip()}:{port}")
 
 
+def check_launchable(engine: EngineConfig) -> None:
+    """Refuse an engine section ``launch_engine_server`` cannot start (placement calls it before anything starts).
+
+    Raises:
+        ValueError: the message names the field and the fix.
+    """
+    if engine.kind not in ("sglang", "vllm"):
+        raise ValueError(f"engine.kind = {engine.kind!r}: the Ray backend launches 'sglang' or 'vllm' servers")
+    if engine.kind == "vllm" and engine.server == "fireflash":
+        raise ValueError(
+            "engine.kind = 'vllm' with engine.server = 'fireflash': FireFlash's vLLM stand-in runs in process only "
+            "(tests); use engine.server = 'native' (vLLM itself, on GPUs) or engine.kind = 'sglang' with the "
+            "'fireflash' server on CPU nodes"
+        )
+
+
 def connect_engine(engine: EngineConfig, url: str, control: bool = False) -> Engine:
     """A client of the server at ``url`` with the ``engine`` section's settings (``functools.partial`` it).
 
     ``control``: the driver's client for weight updates: never retried (a repeated ``/init_weights_update_group``
     or receive would wait for a broadcast that never comes) and allowed the whole ``weight_sync_timeout_sec``.
+    Otherwise a rollout worker's sampling client; a vLLM one reads each result's version from the server, whose
+    weights the driver's control client updates (``VLLMEngine.versions_from_server``).
     """
     from fireflash.engines import make_engine
 
@@ -145,7 +165,10 @@ def connect_engine(engine: EngineConfig, url: str, control: bool = False) -> Eng
     if control:
         update |= {"max_retries": 0,
                    "request_timeout_sec": max(engine.request_timeout_sec, engine.weight_sync_timeout_sec + 60)}
-    return make_engine(engine.model_copy(update=update), "")
+    client = make_engine(engine.model_copy(update=update), "")
+    if engine.kind == "vllm" and not control:
+        client.versions_from_server = True  # type: ignore[attr-defined]
+    return client
 
 
 class EngineServerWorker:

@@ -1,5 +1,7 @@
 """Task pool, probing and validation-gate configuration (RECIPE.md §2, §3)."""
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -31,6 +33,35 @@ class GatesConfig(BaseModel):
     )
 
 
+class TaskSource(BaseModel):
+    """One weighted source of a task mix (``[tasks.mix]``, issue 30)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(description="Task dirs, 'bundled:SPLIT' or 'generated:N', as tasks.paths.")
+    weight: float = Field(description="Share of new groups drawn from this source; weights are normalised "
+                          "(any sum: 52 and 48 mean 0.52 and 0.48).")
+
+    @field_validator("paths")
+    @classmethod
+    def _some_paths(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("a task source needs at least one path (a task directory, a directory of tasks, "
+                             "bundled:train or generated:N); give its paths or remove the source")
+        return v
+
+    @field_validator("weight")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:  # nan fails too (config.py names it)
+            raise ValueError("a source's weight must be > 0 (weights are normalised, any sum); remove the source to "
+                             "leave its tasks out")
+        return v
+
+
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 class TasksConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,6 +75,12 @@ class TasksConfig(BaseModel):
         False, description="Let `fireflash train` train on bundled held-out tasks (refused by default: held-out "
         "scores of a policy trained on them mean nothing)."
     )
+    mix: dict[str, TaskSource] = Field(
+        default_factory=dict, description="Weighted task sources, e.g. agentic = { paths = ['bundled:train'], "
+        "weight = 0.52 } and swe = { paths = ['runs/swe'], weight = 0.48 } (RECIPE.md §2's mix): each new group's "
+        "source is drawn by weight (deficit-based, curation/mix.py), then its task within the source. Replaces "
+        "tasks.paths, which becomes the union of the sources' paths; empty: tasks.paths is one pool."
+    )
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     gates: GatesConfig = Field(default_factory=GatesConfig)
 
@@ -54,3 +91,27 @@ class TasksConfig(BaseModel):
             raise ValueError("no task paths; give at least one task directory, directory of tasks, bundled:train or "
                              "generated:N")
         return v
+
+    @model_validator(mode="after")
+    def _mix(self) -> "TasksConfig":
+        if not self.mix:
+            return self
+        bad = [name for name in self.mix if not _SOURCE_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"tasks.mix source names {bad}: use letters, digits, '_' and '-' only (they name the "
+                             "mix/<source>/* metrics)")
+        union: list[str] = []
+        owner: dict[str, str] = {}
+        for name, source in self.mix.items():
+            for path in source.paths:
+                if path in owner:
+                    raise ValueError(f"tasks.mix.{owner[path]}.paths and tasks.mix.{name}.paths both list {path!r}; "
+                                     "a task belongs to one source: list it once")
+                owner[path] = name
+                union.append(path)
+        # a resolved config (run_dir/config.toml) carries the union as paths: that one is not a second pool
+        if "paths" in self.model_fields_set and self.paths != union:
+            raise ValueError(f"tasks.paths ({self.paths}) and tasks.mix together: with a mix, each source lists its "
+                             "own paths; remove tasks.paths (or move them into a [tasks.mix] source)")
+        self.paths = union
+        return self

@@ -150,3 +150,44 @@ def test_stand_in_accepts_the_recorded_weight_calls_field_by_field():
         elif path == "/pause_generation":
             _Pause.model_validate(body)
     _InitGroup.model_validate(example("init_weights_update_group.json")["request"])
+
+
+def test_client_reads_sglangs_validation_error_body():
+    """SGLang answers a body it cannot validate with its ``ErrorResponse`` at the top level (error_bad_body.json)."""
+    ex = example("error_bad_body.json")
+    engine = SGLangEngine("http://sglang.test:30000", transport=_answering(ex["status"], ex["response"], []))
+    request = GenerateRequest(request_id="r", prompt_ids=[5, 9], params=SamplingParams(max_new_tokens=4))
+    with pytest.raises(EngineRequestError) as e:
+        asyncio.run(engine.generate([request]))
+    assert str(e.value).endswith(ex["error_ends_with"])
+
+
+def test_stand_in_answers_errors_in_sglangs_shapes(tok):
+    """Issue 31: the stand-in answered both with FastAPI's ``{"detail": [...]}``; SGLang answers a body that fails
+    validation with error_bad_body.json's shape and a request its engine refuses with generate_error.json's."""
+    bad_body, refused = example("error_bad_body.json"), example("generate_error.json")
+    request = refused["request"]
+
+    class Refusing(ScriptedEngine):  # an engine that refuses a request (LocalEngine: ids outside the vocabulary...)
+        async def generate(self, requests):
+            if requests[0].prompt_ids[-1] == 10**6:
+                raise ValueError(refused["response"]["error"]["message"])
+            return await super().generate(requests)
+
+    server = EngineServer(Refusing(tok, ["hi"]))
+    server.start()
+    try:
+        too_few = {**request, "sampling_params": {**request["sampling_params"], "max_new_tokens": -1}}
+        invalid = httpx.post(server.url + "/generate", json=too_few, timeout=30)
+        bad_mode = httpx.post(server.url + "/pause_generation", json={"mode": "later"}, timeout=30)
+        unknown_id = httpx.post(server.url + "/generate", json={**request, "input_ids": [5, 10**6]}, timeout=30)
+    finally:
+        server.close()
+    for answer in (invalid, bad_mode):
+        assert answer.status_code == bad_body["status"], answer.text
+        assert set(answer.json()) == set(bad_body["response"])
+        _same_shape(answer.json(), bad_body["response"])
+    assert invalid.json()["param"] == "sampling_params.max_new_tokens"
+    assert invalid.json()["message"] == bad_body["response"]["message"]
+    assert unknown_id.status_code == refused["status"], unknown_id.text
+    assert unknown_id.json() == refused["response"]
