@@ -73,6 +73,7 @@ from typing import Any
 
 import httpx
 import torch
+import torch.distributed as dist
 
 from fireflash.engines.http import (
     EngineHTTPError,
@@ -146,6 +147,8 @@ class SGLangEngine:
         self.http = JSONClient(url, timeout_sec, max_retries, backoff_sec, transport)
         self.pause_mode = pause_mode
         self.broadcast = broadcast
+        # the trainer's end of the weight-update group when this process joined it (local backend): left on close
+        self.trainer_group: Any = None
         self.group_name = group_name
         self.flush_cache = flush_cache
         self.weight_sync_timeout_sec = weight_sync_timeout_sec
@@ -399,6 +402,11 @@ class SGLangEngine:
         await self.http.post("/continue_generation", {})
 
     async def close(self) -> None:
+        """Close the HTTP client and leave the trainer's end of the weight-update group if this process holds it
+        (a group left behind keeps its name taken in the process: the next join under it fails)."""
+        if self.trainer_group is not None:
+            group, self.trainer_group, self.broadcast = self.trainer_group, None, None
+            await asyncio.to_thread(dist.destroy_process_group, group)
         await self.http.aclose()
 
     async def _checked(self, path: str, body: dict[str, Any], **overrides: Any) -> None:

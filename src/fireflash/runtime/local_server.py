@@ -87,6 +87,7 @@ async def connect_local_trainer(
                 return await asyncio.to_thread(trainer_end, address, port, 2, "gloo", timeout_sec)
             group = await asyncio.to_thread(init_weight_update_group, address, port, 0, 2, "gloo", engine.group_name,
                                             timeout_sec)
+            engine.trainer_group = group  # left by engine.close()
             return tensor_broadcaster(group, "cpu")
         except Exception as e:
             raise WeightSyncFailed(engine.http.base_url, "trainer join of the weight-update group", None, e) from e
