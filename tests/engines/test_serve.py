@@ -225,6 +225,63 @@ def test_pause_retract_resumes_turns_on_the_new_weights_and_reports_spans():
     assert not torch.allclose(got[:k], expected[:k], atol=1e-4)  # the old model sampled the first stretch
 
 
+def test_pause_in_place_goes_on_over_the_old_kv_on_the_new_weights_and_reports_spans(tmp_path):
+    """Issue 31: SGLang's 'in_place' leaves running requests in its batch with their KV cache
+    (io_struct.PauseGenerationReqInput); after an update and /continue_generation they decode on the new weights on top
+    of that old KV (not recomputed, unlike 'retract'), and the answer lists meta_info.weight_versions spans. The
+    stand-in used to finish them on the old weights, one version. The client counts the oldest for staleness."""
+    new_model = build_tiny_model(VOCAB, seed=7)
+    new_model.save_pretrained(tmp_path, safe_serialization=True)
+    prompt, n = [4, 5, 6], 800  # long enough to be decoding at the pause on a fast machine
+
+    async def main(url):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            body = {"input_ids": prompt, "rid": "turn", "return_logprob": True, "top_logprobs_num": 0,
+                    "logprob_start_len": -1, "sampling_params": {"temperature": 1.0, "max_new_tokens": n,
+                                                                 "ignore_eos": True, "no_stop_trim": True}}
+            running = asyncio.ensure_future(http.post("/generate", json=body))
+            await asyncio.sleep(0.3)
+            assert (await http.post("/pause_generation", json={"mode": "in_place"})).status_code == 200
+            update = await http.post("/update_weights_from_disk", json={
+                "model_path": str(tmp_path), "weight_version": "1", "flush_cache": False})
+            assert update.json()["success"], update.text
+            await asyncio.sleep(0.2)
+            assert not running.done()  # paused in place: it waits for continue
+            await http.post("/continue_generation")
+            return (await running).json()
+
+    with _served(_engine()) as server:
+        answer = asyncio.run(main(server.url))
+    meta, ids = answer["meta_info"], answer["output_ids"]
+    assert len(ids) == n and meta["finish_reason"]["type"] == "length"
+    (old, new) = meta["weight_versions"]
+    assert (old["version"], old["start"], new["version"], new["end"]) == ("0", 0, "1", n)
+    k = new["start"]
+    assert 0 < old["end"] == k < n and meta["weight_version"] == "1"
+
+    def logq(logits, tokens):
+        return torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+
+    seq, p = prompt + ids, len(prompt)
+    old_model = build_tiny_model(VOCAB, seed=0)  # the served engine's first weights (_engine)
+    with torch.no_grad():
+        # at the pause the KV held every position before the last sampled token's, written by the old weights
+        kv = old_model(torch.tensor([seq[: p + k - 1]]), use_cache=True).past_key_values
+        on_old_kv = new_model(torch.tensor([seq[p + k - 1 : -1]]), past_key_values=kv, use_cache=True).logits[0]
+        all_old = old_model(torch.tensor([seq[:-1]])).logits[0, p - 1 :]
+        all_new = new_model(torch.tensor([seq[:-1]])).logits[0, p - 1 :]
+    got = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
+    torch.testing.assert_close(got[:k], logq(all_old[:k], ids[:k]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(got[k:], logq(on_old_kv, ids[k:]), atol=1e-4, rtol=0)
+    assert not torch.allclose(got[k:], logq(all_new[k:], ids[k:]), atol=1e-4)  # the old KV was kept, not recomputed
+
+    replay = httpx.MockTransport(lambda _: httpx.Response(200, json=answer))
+    client = SGLangEngine("http://sglang.test:30000", transport=replay)
+    (res,) = asyncio.run(client.generate([GenerateRequest(request_id="turn", prompt_ids=prompt, params=SamplingParams(
+        temperature=1.0, max_new_tokens=n))]))
+    assert res.weight_version == 0 and res.token_ids == ids  # staleness counts from the oldest version
+
+
 # ───────────────────────────── bad requests ─────────────────────────────
 
 GOOD = {"input_ids": [5, 6], "rid": "r", "return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1,

@@ -85,8 +85,9 @@ class EngineConfig(BaseModel):
         "'in_place'; vLLM: 'abort' | 'wait' | 'keep'. 'abort' returns them with finish_reason 'abort' and "
         "the tokens sampled so far, all on the old weight version (SGLang's own default). SGLang's 'retract' sends "
         "them back to its queue and recomputes them on the new weights (a turn then spans two versions, the oldest "
-        "counting for staleness): what configs/cluster.toml uses, so an update costs no attempt; 'in_place' is refused "
-        "with flush_cache. A vLLM weight update's own pause is always 'wait' (running turns finish on the old weights).",
+        "counting for staleness): what configs/cluster.toml uses, so an update costs no attempt; 'in_place' keeps them "
+        "with their KV cache, and they go on on the new weights over KV the old ones wrote (also two versions; "
+        "refused with flush_cache). A vLLM weight update's own pause is always 'wait' (running turns finish on the old weights).",
     )
     served_model_name: str | None = Field(
         None, description="vLLM: the `model` field of completion requests; None asks /v1/models."

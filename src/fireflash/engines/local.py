@@ -17,7 +17,8 @@ forward pass that sampled the token, in the rollout dtype.
 Weight versions: ``update_weights`` installs new weights between steps. Rows already running keep
 decoding on a private copy of the old weights until they finish, so every token of a result comes from
 ``result.weight_version``; requests admitted afterwards use the new weights. The copy is freed when the
-last old row finishes. ``pause()`` stops admission and decoding between steps (running rows keep their
+last old row finishes (``update_weights(..., in_place=True)``: they go on on the new weights instead, and their
+results say where each version took over). ``pause()`` stops admission and decoding between steps (running rows keep their
 KV); ``resume()`` continues them.
 
 Speculative decoding (``prompt_lookup_tokens`` > 0): drafts come from prompt lookup (``lookup``), all
@@ -190,17 +191,24 @@ class LocalEngine(_Worker):
                 row.cancelled = True
             raise
 
-    async def update_weights(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
+    async def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Path, version: int, *, in_place: bool = False
+    ) -> None:
         """Install ``weights`` (state dict or HF directory) as ``version``; returns once installed.
 
         Running rows finish on their old weights (a private copy); requests admitted after this call
         returns use ``version``. The prefix cache is cleared.
 
+        ``in_place=True`` (SGLang's pause 'in_place', which ``engines/serve.py`` imitates): rows running on the
+        current weights instead go on decoding on the new ones, on top of the KV cache the old ones wrote (not
+        recomputed); their results are ``local_step.SpannedResult`` (where each version took over), and their KV is
+        not offered to the prefix cache. Rows still on a frozen copy from an earlier update stay on it.
+
         Raises:
             WeightUpdateError: names or shapes do not match the model (nothing is changed).
         """
         state = await asyncio.to_thread(read_weights, weights)
-        await self._command(lambda: self._install(state, version))
+        await self._command(lambda: self._install(state, version, in_place))
 
     async def pause(self) -> None:
         """Stop admitting and decoding after the current step (returns when no forward pass is running)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from fireflash.engines.kv import (
     SlotBatch,
@@ -62,10 +63,21 @@ class _Row:
     cancelled: bool = False
     t_admit: float = 0.0
     t_prefilled: float = 0.0
+    # (tokens sampled, version) at each in-place update the row went on across (``_install(in_place=True)``)
+    switches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def n_sampled(self) -> int:
         return len(self.tokens) - self.n_prompt
+
+
+class SpannedResult(GenerateResult):
+    """A result whose request went on decoding across an in-place weight update (``LocalEngine.update_weights(...,
+    in_place=True)``, SGLang's pause 'in_place'): ``weight_version`` is the version that sampled its first token."""
+
+    version_starts: list[tuple[int, int]] = Field(
+        description="(output position, version): from that token on, that version sampled (later ones take over)."
+    )
 
 
 @dataclass
@@ -154,11 +166,16 @@ class _Worker:
         self._batches.append(batch)
         return batch
 
-    def _install(self, state: dict[str, torch.Tensor], version: int) -> None:
+    def _install(self, state: dict[str, torch.Tensor], version: int, in_place: bool = False) -> None:
         check_weights(self.model, state)
         for batch in self._batches:
-            if batch.model is self.model and batch.rows:
-                # running rows finish on a frozen copy of the weights they started with
+            if batch.model is not self.model:
+                continue
+            if in_place:  # the rows go on with the KV they have; their next token on is the new weights'
+                for row in batch.rows:
+                    row.switches.append((row.n_sampled, version))
+                batch.version = version
+            elif batch.rows:  # running rows finish on a frozen copy of the weights they started with
                 batch.model = copy.deepcopy(self.model)
         install_weights(self.model, state)
         self._version = version
@@ -353,6 +370,7 @@ class _Worker:
             if (
                 row.finish_reason is not None
                 and batch.model is self.model
+                and not row.switches  # its KV mixes versions: a later request must not reuse it
                 and self._prefix_cache.max_tokens > 0
             ):
                 self._prefix_cache.insert(np.asarray(row.tokens[:-1], dtype=np.int64), batch.kv.row_kv(i))
@@ -362,7 +380,9 @@ class _Worker:
 
     def _result(self, row: _Row, now: float) -> GenerateResult:
         prefilled = row.t_prefilled or now
-        return GenerateResult(
+        spanned = {"version_starts": row.switches} if row.switches else {}
+        return (SpannedResult if spanned else GenerateResult)(
+            **spanned,
             request_id=row.request.request_id,
             token_ids=row.tokens[row.n_prompt :],
             logprobs=row.logprobs,

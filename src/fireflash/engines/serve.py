@@ -52,6 +52,12 @@ Where it behaves as SGLang (the client depends on each; recorded examples: tests
   for ``/continue_generation``, and samples the rest with its prompt and those tokens prefilled again on the
   weights then installed; its answer lists ``meta_info.weight_versions`` spans (``{"version", "start", "end"}``)
   when two versions sampled it, and ``weight_version`` is the newest.
+* Pause 'in_place' (``io_struct.PauseGenerationReqInput``: requests "stay in the event_loop, then continue generation
+  after continue_generation with the old kv cache"): a ``LocalEngine`` stops between steps, its running requests
+  keep their KV cache, and a weight update while paused hands them to the new weights
+  (``LocalEngine.update_weights(..., in_place=True)``): after ``/continue_generation`` each samples its next token
+  on the new weights over the KV the old ones wrote (not recomputed), and its answer lists ``weight_versions`` spans
+  as under 'retract'.
 
 Decisions where FireFlash engines differ from SGLang:
 
@@ -62,11 +68,11 @@ Decisions where FireFlash engines differ from SGLang:
   them together is stricter (no request sees half an update) and needs no pause around the buckets.
 * ``return_logprob`` false omits the logprob fields; ``output_top_logprobs`` rows are empty when
   ``top_logprobs_num`` is 0. Logprobs are the engine's (log softmax(logits / T), before top-p).
-* Pause 'in_place' maps to ``engine.pause()``: a ``LocalEngine`` stops between steps and its running requests keep
-  their KV cache; after ``/continue_generation`` they finish on the weights they started with (stricter than
-  SGLang's, where they go on with the old KV and the new weights and report ``weight_versions`` spans). So a caller
-  must not wait for in-flight requests to return between pause and continue. 'retract' on an engine without
-  ``abort()`` (``ScriptedEngine``) does the same.
+* ``LocalEngine`` does not offer the KV of a turn paused in place across an update to its prefix cache (SGLang's
+  radix cache keeps it unless flushed, and ``in_place`` refuses ``flush_cache`` while requests run); on an engine
+  whose ``update_weights`` lacks ``in_place`` (``ScriptedEngine``) such turns finish on the weights they started
+  with, and 'retract' on an engine without ``abort()`` does the same. Either way a caller must not wait for
+  in-flight requests to return between pause and continue.
 * Weight updates run pause → install → resume (``weight_sync.apply_between_turns``) unless the server was paused
   by ``/pause_generation``; then they install and leave it paused. ``flush_cache`` is accepted and ignored (a
   ``LocalEngine`` clears its prefix cache on every update); ``abort_all_requests: true`` is refused (nothing
@@ -99,19 +105,20 @@ from starlette.routing import Route
 from fireflash.engines.serve_bodies import (
     _JSON,
     BadRequest,
-    _Body,
     _bad_request,
-    _engine_error,
-    _joined,
-    _version_spans,
+    _Body,
     _DiskUpdate,
     _DistributedUpdate,
+    _engine_error,
     _GroupName,
     _InitGroup,
+    _joined,
     _parse_generate,
     _Pause,
     _refused,
+    _stretches,
     _version,
+    _version_spans,
 )
 from fireflash.engines.serve_state import _in_thread, _receive, _Service
 from fireflash.engines.weight_sync import init_weight_update_group
@@ -179,7 +186,7 @@ def build_app(
             finally:
                 service.in_flight.discard(task)
                 service.aborted.discard(task)
-            pieces.append(res)
+            pieces.extend(_stretches(res))  # one per version, when it went on across an in-place update
             left = part.params.max_new_tokens - len(res.token_ids)
             if not (task in service.retracted and res.finish_reason == "abort" and left > 0):
                 break
@@ -207,7 +214,7 @@ def build_app(
             "cached_tokens": pieces[0].n_cached_prompt_tokens,
             "weight_version": str(res.weight_version),
         }
-        spans = _version_spans(pieces)  # a retracted turn: which version sampled which tokens
+        spans = _version_spans(pieces)  # a retracted or paused-in-place turn: which version sampled which tokens
         if len({span["version"] for span in spans}) > 1:
             meta["weight_versions"] = spans
         if g.return_logprob:
@@ -248,7 +255,7 @@ def build_app(
         version = _version(body.weight_version)
         if body.abort_all_requests:
             raise BadRequest(("abort_all_requests",), "abort_all_requests is not supported: in-flight requests "
-                             "finish on the weights they started with")
+                             "are kept; /pause_generation with mode 'abort' first ends them")
         path = Path(body.model_path)
         if not path.is_dir():
             raise FileNotFoundError(f"model_path {str(path)!r} is not a directory on the server")
@@ -272,7 +279,7 @@ def build_app(
     async def update_from_distributed(body: _DistributedUpdate) -> str:
         if body.abort_all_requests:
             raise BadRequest(("abort_all_requests",), "abort_all_requests is not supported: in-flight requests "
-                             "finish on the weights they started with")
+                             "are kept; /pause_generation with mode 'abort' first ends them")
         version = None if body.weight_version is None else _version(body.weight_version)
         group, backend = service.groups.get(body.group_name)
         if not len(body.names) == len(body.dtypes) == len(body.shapes):
@@ -311,7 +318,7 @@ def build_app(
         if mode not in ("abort", "retract", "in_place"):  # io_struct.PauseGenerationReqInput.__post_init__
             return _bad_request(("mode",), f"Invalid mode: {mode!r}. Expected one of ['abort', 'retract', 'in_place'].")
         service.resumed.clear()
-        service.paused = True
+        service.paused, service.pause_mode = True, mode
         if mode == "abort":  # tokenizer_manager.pause_generation: abort every request, return once none runs
             aborted = list(service.in_flight)
             service.aborted.update(aborted)
@@ -323,12 +330,14 @@ def build_app(
             # and /generate samples the rest after /continue_generation (the loop above)
             service.retracted.update(service.in_flight)
             await engine.abort()
-        await engine.pause()  # 'in_place' (and 'retract' on an engine without abort): requests keep their KV
+        # 'in_place' (and 'retract' on an engine without abort): requests keep their KV; a weight update while paused
+        # hands them to the new weights (_Service.install), as SGLang's scheduler does by leaving them in its batch
+        await engine.pause()
         return _JSON({"message": "Generation paused successfully."})
 
     async def resume(_: Request) -> JSONResponse:
         await engine.resume()
-        service.paused = False
+        service.paused, service.pause_mode = False, ""
         service.resumed.set()
         return _JSON({"message": "Generation continued successfully."})
 

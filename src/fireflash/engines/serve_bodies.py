@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -198,8 +199,8 @@ def _version(value: str | int) -> int:
 
 
 def _joined(pieces: list[GenerateResult]) -> GenerateResult:
-    """One result from the stretches of a retracted request: their tokens in order, the last one's finish and
-    version (the server's; the spans tell which version sampled what)."""
+    """One result from the stretches of a retracted (or paused in place) request: their tokens in order, the last
+    one's finish and version (the server's; the spans tell which version sampled what)."""
     last = pieces[-1]
     return last.model_copy(update={
         "token_ids": [t for p in pieces for t in p.token_ids], "logprobs": [x for p in pieces for x in p.logprobs],
@@ -208,11 +209,28 @@ def _joined(pieces: list[GenerateResult]) -> GenerateResult:
 
 
 def _version_spans(pieces: list[GenerateResult]) -> list[dict[str, Any]]:
-    """``meta_info.weight_versions`` of a retracted request: ``{"version", "start", "end"}`` per stretch that sampled
-    tokens, output positions end-exclusive (the shape in contracts/sglang_0.5/generate_weight_versions.json)."""
+    """``meta_info.weight_versions`` of a retracted (or paused in place) request: ``{"version", "start", "end"}`` per
+    stretch that sampled tokens, output positions end-exclusive (the shape in
+    contracts/sglang_0.5/generate_weight_versions.json)."""
     spans, start = [], 0
     for piece in pieces:
         if piece.token_ids:
             spans.append({"version": str(piece.weight_version), "start": start, "end": start + len(piece.token_ids)})
             start += len(piece.token_ids)
     return spans
+
+
+def _stretches(res: GenerateResult) -> list[GenerateResult]:
+    """``res`` cut where an in-place update handed it to newer weights (``local_step.SpannedResult.version_starts``),
+    each stretch tagged with the version that sampled it; ``[res]`` for a result sampled by one version."""
+    starts = getattr(res, "version_starts", None)
+    if not starts:
+        return [res]
+    bounds = [(0, res.weight_version), *starts, (len(res.token_ids), -1)]
+    return [
+        res.model_copy(update={
+            "token_ids": res.token_ids[a:b], "logprobs": res.logprobs[a:b], "topk_ids": res.topk_ids[a:b],
+            "topk_logprobs": res.topk_logprobs[a:b], "weight_version": version,
+        })
+        for (a, version), (b, _) in pairwise(bounds)
+    ]

@@ -6,6 +6,7 @@ pause / abort state, weight installation (``_Service``), and running a blocking 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -80,6 +81,12 @@ class _Groups:
         return self.locks.setdefault(name, asyncio.Lock())
 
 
+def _takes_in_place(engine: Engine) -> bool:
+    """Whether ``engine.update_weights`` can hand running requests to the new weights (``LocalEngine``'s
+    ``in_place``); a ``ScriptedEngine`` cannot, and its requests finish on the weights they started with."""
+    return "in_place" in inspect.signature(engine.update_weights).parameters
+
+
 class _Service:
     """What the routes share: the engine, its groups, whether a client paused it."""
 
@@ -87,6 +94,7 @@ class _Service:
         self.engine, self.model_path, self.timeout_sec = engine, model_path, weight_sync_timeout_sec
         self.groups = _Groups()
         self.paused = False
+        self.pause_mode = ""  # the mode of the /pause_generation in force ('' while not paused by a client)
         self.staged: dict[str, dict[str, torch.Tensor]] = {}  # group → tensors received without a weight_version
         self.in_flight: set[asyncio.Future] = set()  # /generate calls on the engine (aborted by pause 'abort')
         self.aborted: set[asyncio.Future] = set()  # those a pause 'abort' cancelled
@@ -97,7 +105,11 @@ class _Service:
 
     async def install(self, weights: Mapping[str, torch.Tensor] | Path, version: int) -> None:
         async with self.install_lock:
-            if self.paused:  # a client paused the engine: keep it paused until /continue_generation
+            if self.paused and self.pause_mode == "in_place" and _takes_in_place(self.engine):
+                # SGLang's 'in_place' (io_struct.PauseGenerationReqInput): paused requests keep their KV cache and
+                # go on after /continue_generation with it, decoding on the weights installed meanwhile
+                await self.engine.update_weights(weights, version, in_place=True)
+            elif self.paused:  # a client paused the engine: keep it paused until /continue_generation
                 await self.engine.update_weights(weights, version)
             else:
                 await apply_between_turns(self.engine, weights, version)
