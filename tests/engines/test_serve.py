@@ -23,7 +23,7 @@ from fireflash.engines.serve_process import launch_fireflash_server
 from fireflash.engines.sglang import SGLangEngine
 from fireflash.engines.weight_sync import init_weight_update_group, tensor_broadcaster
 from fireflash.engines.weights import TensorSpec, specs_of
-from fireflash.models import build_tiny_model
+from fireflash.models import build_tiny_model, kv_cache_name
 from fireflash.protocols import GenerateRequest, SamplingParams
 from fireflash.training.fsdp import free_port, spawn_ranks
 
@@ -266,8 +266,9 @@ def test_pause_in_place_goes_on_over_the_old_kv_on_the_new_weights_and_reports_s
     old_model = build_tiny_model(VOCAB, seed=0)  # the served engine's first weights (_engine)
     with torch.no_grad():
         # at the pause the KV held every position before the last sampled token's, written by the old weights
-        kv = old_model(torch.tensor([seq[: p + k - 1]]), use_cache=True).past_key_values
-        on_old_kv = new_model(torch.tensor([seq[p + k - 1 : -1]]), past_key_values=kv, use_cache=True).logits[0]
+        cache = kv_cache_name()  # ``cache`` since transformers 5.24, ``past_key_values`` before
+        kv = getattr(old_model(torch.tensor([seq[: p + k - 1]]), use_cache=True), cache)
+        on_old_kv = new_model(torch.tensor([seq[p + k - 1 : -1]]), use_cache=True, **{cache: kv}).logits[0]
         all_old = old_model(torch.tensor([seq[:-1]])).logits[0, p - 1 :]
         all_new = new_model(torch.tensor([seq[:-1]])).logits[0, p - 1 :]
     got = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
