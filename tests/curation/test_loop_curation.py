@@ -82,7 +82,7 @@ def _run(tmp_path, curation, steps, hooks=None, cursor=None, probe_seed=()):
 
 def test_online_curation_draws_the_task_with_signal_and_logs_it(tmp_path):
     uniform, _ = _run(tmp_path / "u", CurationConfig(sampler="uniform"), steps=12)
-    online, o_hooks = _run(tmp_path / "o", CurationConfig(retire_after_groups=2, readmit_every_groups=0), steps=12)
+    online, o_hooks = _run(tmp_path / "o", CurationConfig(retire_after_groups=1, readmit_every_groups=0), steps=12)
     u_total, o_total = uniform.sampler.total, online.sampler.total
     # uniform: every task once per epoch, 2 of 3 groups carry nothing
     assert u_total["zero_signal"] / u_total["groups"] > 0.6

@@ -25,9 +25,29 @@ def _sampler(cfg: CurationConfig | None = None, seed: int = 0, tasks=("easy", "h
 def test_draws_go_where_a_group_has_signal():
     s = _sampler(CurationConfig(readmit_every_groups=0))
     drawn = Counter(s.draw(g) for g in range(300))
-    # mid: P(signal) ≈ 0.87; easy and hard ≈ 0.05 under the posterior (prior pseudo-attempts spread them)
+    # mid: P(signal) ≈ 0.87; easy and hard ≈ 0.16 under the posterior predictive: weights 0.43 vs 2e-5 (power 6)
+    assert drawn["mid"] == 300, drawn
+    thompson = _sampler(CurationConfig(readmit_every_groups=0, draw_estimate="thompson", draw_weight_power=4))
+    drawn = Counter(thompson.draw(g) for g in range(300))
     assert drawn["mid"] >= 270, drawn
-    assert drawn["easy"] + drawn["hard"] >= 1  # never starved (min_draw_weight, Thompson's spread)
+    assert drawn["easy"] + drawn["hard"] >= 1  # Thompson's spread: a wide draw now and then
+
+
+def test_predictive_draw_weights_are_the_posterior_predictive_and_explore_the_unseen():
+    cfg = CurationConfig(readmit_every_groups=0, draw_weight_power=1, open_group_power=0)
+    s = _sampler(cfg, tasks=("easy", "hard", "mid", "unseen"))
+    # unseen: Dirichlet(0.5, 0.5), P(zero) = 2 · (0.5·1.5·2.5·3.5)/(1·2·3·4) = 0.546875; mid: (10.5, 10.5) of 21
+    p_unseen = 1 - 2 * (0.5 * 1.5 * 2.5 * 3.5) / 24
+    p_mid = 1 - 2 * (10.5 * 11.5 * 12.5 * 13.5) / (21 * 22 * 23 * 24)
+    assert 1 - s._zero_signal_estimate("unseen", None) == pytest.approx(p_unseen)
+    assert 1 - s._zero_signal_estimate("mid", None) == pytest.approx(p_mid)
+    drawn = Counter(s.draw(g) for g in range(4000))
+    # power 1: draws in proportion to P(signal); easy and hard (20 alike of 21) ≈ 0.166 each
+    p_easy = 1 - (20.5 * 21.5 * 22.5 * 23.5 + 0.5 * 1.5 * 2.5 * 3.5) / (21 * 22 * 23 * 24)
+    total = p_unseen + p_mid + 2 * p_easy
+    assert drawn["unseen"] / 4000 == pytest.approx(p_unseen / total, abs=0.025)
+    assert drawn["mid"] / 4000 == pytest.approx(p_mid / total, abs=0.025)
+    assert drawn["unseen"] > 2 * drawn["easy"]  # the uncertain task is explored, the known-easy one is not
 
 
 def test_draws_are_deterministic_per_seed_and_group_id():

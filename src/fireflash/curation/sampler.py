@@ -6,13 +6,17 @@
     sampler.doomed(task_id, [(solved, reward), ...])                             # the loop, per finished attempt
     sampler.weight_version = 7                                                   # the loop, after each step
 
-Online draw (``sampler = "online"``), for each active (not retired) task: draw π ~ Dirichlet(α) (Thompson
-sampling, ``online.PassRates``), its chance of signal s = 1 − Σ_v π_v^G, weight
+Online draw (``sampler = "online"``), for each active (not retired) task: its chance of signal s = 1 − P(zero
+signal), the posterior predictive of a group of G under its Dirichlet(α) state (``online.PassRates``;
+``draw_estimate = "thompson"``: 1 − Σ_v π_v^G for one π ~ Dirichlet(α) instead), weight
 max(s, min_draw_weight) ** draw_weight_power / (1 + its groups still sampling) ** open_group_power; pick a task in
 proportion to the weights. The divisor spreads the groups in flight over comparable tasks (their outcomes are not
 known yet) without forcing a zero-signal task in when only one task has signal.
-A task seldom seen has a wide posterior, so some of its draws put π in the middle: that is the exploration, no
-extra bonus. Each draw uses ``Random(seed, group_id)``, so a run and its resume draw alike.
+A task seldom seen has a wide posterior, whose predictive puts its outcome nearer the middle than its few
+observations do: that is the exploration, no extra bonus; the re-probes (below) add the rest. The predictive beats
+Thompson's single draw here because a draw of a wide posterior lands near 0 or 1 as often as in the middle, which
+both starves uncertain tasks and promotes lucky ones (benchmarks/curation.py). Each draw uses
+``Random(seed, group_id)``, so a run and its resume draw alike.
 
 Retirement: ``retire_after_groups`` consecutive zero-signal groups of one kind (all solved / all failed) retire a
 task. Every ``readmit_every_groups`` new groups the task retired longest ago is drawn (a re-probe); a group with
@@ -39,7 +43,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from fireflash.curation.config import CurationConfig
-from fireflash.curation.online import PassRates, sampled_zero_signal, signal_probability_after
+from fireflash.curation.online import PassRates, polya_zero_signal, sampled_zero_signal, signal_probability_after
 
 
 class TaskSampler:
@@ -117,11 +121,18 @@ class TaskSampler:
             return retired[0]
         rng = random.Random(f"{self.seed}:{group_id}")
         weights = [
-            max(1.0 - sampled_zero_signal(self.rates.alphas(t, self.weight_version).values(), self.group_size, rng),
-                self.cfg.min_draw_weight) ** self.cfg.draw_weight_power / (1 + open_ids[t]) ** self.cfg.open_group_power
+            max(1.0 - self._zero_signal_estimate(t, rng), self.cfg.min_draw_weight) ** self.cfg.draw_weight_power
+            / (1 + open_ids[t]) ** self.cfg.open_group_power
             for t in active
         ]
         return rng.choices(active, weights)[0]
+
+    def _zero_signal_estimate(self, task_id: str, rng: random.Random) -> float:
+        """P(zero signal) a draw weighs: the posterior predictive, or one Thompson sample (``draw_estimate``)."""
+        alphas = self.rates.alphas(task_id, self.weight_version).values()
+        if self.cfg.draw_estimate == "thompson":
+            return sampled_zero_signal(alphas, self.group_size, rng)
+        return polya_zero_signal(alphas, self.group_size)
 
     def doomed(self, task_id: str, finished: Sequence[tuple[bool, float]]) -> bool:
         """Whether a group at ``task_id`` still sampling may be cancelled, given its ``finished`` attempts'
