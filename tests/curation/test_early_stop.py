@@ -8,11 +8,12 @@ import json
 import random
 
 import pytest
+from fake_loop import FakeLoopHooks
 
 from fireflash.curation.config import CurationConfig
 from fireflash.curation.online import polya_zero_signal, signal_probability_after
 from fireflash.curation.sampler import TaskSampler
-from fireflash.protocols import Score, Segment, Task, Trajectory
+from fireflash.protocols import Score, Task, Trajectory
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import GroupScheduler
@@ -121,14 +122,13 @@ def test_a_group_with_a_lost_attempt_is_left_to_finish_group():
     assert sched.cancel_if_doomed(slots[0].group_id) is None
 
 
-class DoomedHooks:
+class DoomedHooks(FakeLoopHooks):
     """``easy``: attempts 0 and 1 solve at once, 2 and 3 run until cancelled (recorded); ``mid``: instant, even
     attempts solve, so its groups train. Instant steps; checkpoints recorded."""
 
     def __init__(self, step: int = 0) -> None:
-        self.step = self.weight_version = step
+        super().__init__(step)
         self.cancelled: list[str] = []
-        self.checkpoints: list[dict] = []
 
     async def attempt(self, slot):
         if slot.task.id == "easy" and slot.index >= 2:
@@ -137,33 +137,10 @@ class DoomedHooks:
             except asyncio.CancelledError:
                 self.cancelled.append(slot.attempt_id)
                 raise
-        await asyncio.sleep(0)
-        solved = slot.task.id == "easy" or slot.index % 2 == 0
-        seg = Segment(token_ids=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0], topk_ids=[[], [2]],
-                      topk_logprobs=[[], [-1.0]], weight_version=[-1, self.weight_version])
-        trajectory = Trajectory(task_id=slot.task.id, attempt_id=slot.attempt_id, segments=[seg], n_turns=1)
-        return AttemptOutcome(slot.task.id, slot.attempt_id, trajectory, Score(reward=float(solved), solved=solved), 1)
+        return await super().attempt(slot)
 
-    async def train_step(self, groups):
-        await asyncio.sleep(0)
-        self.step += 1
-        self.weight_version += 1
-        return {"step_sec": 0.0, "entropy/mean": 1.0}
-
-    async def publish_weights(self):
-        pass
-
-    async def save_checkpoint(self, cursor):
-        self.checkpoints.append(cursor)
-
-    async def engine_busy_sec(self):
-        return 0.0
-
-    def engine_count(self):
-        return 1
-
-    def extra_metrics(self):
-        return {}
+    def solved(self, slot) -> bool:
+        return slot.task.id == "easy" or slot.index % 2 == 0
 
 
 def _loop(hooks, tmp_path, steps, cursor=None):

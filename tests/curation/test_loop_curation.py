@@ -11,9 +11,10 @@ import asyncio
 from collections import Counter
 
 import pytest
+from fake_loop import FakeLoopHooks
 
 from fireflash.curation.config import CurationConfig
-from fireflash.protocols import Score, Segment, Task, Trajectory
+from fireflash.protocols import Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import Slot
@@ -27,44 +28,20 @@ pytestmark = pytest.mark.unit
 TASKS = [Task(id=i, instruction=f"solve {i}") for i in ("easy", "hard", "mid")]
 
 
-class TaskHooks:
+class TaskHooks(FakeLoopHooks):
     """Instant attempts solved by task (easy: all, hard: none, mid: even attempt indices); instant steps."""
 
     def __init__(self, step: int = 0) -> None:
-        self.step = self.weight_version = step
+        super().__init__(step)
         self.drawn: Counter[str] = Counter()
-        self.checkpoints: list[dict] = []
 
-    async def attempt(self, slot: Slot) -> AttemptOutcome:
-        await asyncio.sleep(0)
+    def outcome(self, slot: Slot) -> AttemptOutcome:
         if slot.index == 0:
             self.drawn[slot.task.id] += 1
-        seg = Segment(token_ids=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0], topk_ids=[[], [2]],
-                      topk_logprobs=[[], [-1.0]], weight_version=[-1, self.weight_version])
-        trajectory = Trajectory(task_id=slot.task.id, attempt_id=slot.attempt_id, segments=[seg], n_turns=1)
-        solved = {"easy": True, "hard": False, "mid": slot.index % 2 == 0}[slot.task.id]
-        return AttemptOutcome(slot.task.id, slot.attempt_id, trajectory, Score(reward=float(solved), solved=solved), 1)
+        return super().outcome(slot)
 
-    async def train_step(self, groups):
-        await asyncio.sleep(0)
-        self.step += 1
-        self.weight_version += 1
-        return {"step_sec": 0.0, "entropy/mean": 1.0}
-
-    async def publish_weights(self):
-        pass
-
-    async def save_checkpoint(self, cursor):
-        self.checkpoints.append(cursor)
-
-    async def engine_busy_sec(self):
-        return 0.0
-
-    def engine_count(self):
-        return 1
-
-    def extra_metrics(self):
-        return {}
+    def solved(self, slot: Slot) -> bool:
+        return {"easy": True, "hard": False, "mid": slot.index % 2 == 0}[slot.task.id]
 
 
 def _run(tmp_path, curation, steps, hooks=None, cursor=None, probe_seed=()):

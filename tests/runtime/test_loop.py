@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from fake_loop import FakeLoopHooks
 from test_runtime_accounting import CommandGrader, RecordingBackend, _script
 
 from fireflash.engines.scripted import ScriptedEngine
 from fireflash.harness.config import HarnessConfig, SamplingConfig
 from fireflash.models import build_tiny_tokenizer
-from fireflash.protocols import Score, Segment, Task, Trajectory
+from fireflash.protocols import Task
 from fireflash.rl.config import ObjectiveConfig
-from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import Slot
 from fireflash.runtime.local import LocalRuntime
 from fireflash.runtime.loop import LoopHooks, RLLoop, TrainingStalled
@@ -31,27 +31,22 @@ pytestmark = pytest.mark.unit
 TASK = Task(id="t", instruction="solve it")
 
 
-class FakeHooks:
+class FakeHooks(FakeLoopHooks):
     """Instant attempts (attempt 0 of a group solves, so every group trains); steps that take ``step_sec`` of
     event-loop time and report ``entropies[i]``; records what the loop asked for."""
 
+    tokens = 3
+
     def __init__(self, step_sec: float = 0.0, entropies=(), refuse_steps=(), step: int = 0) -> None:
-        self.step = self.weight_version = step
+        super().__init__(step)
         self.step_sec, self.entropies, self.refuse_steps = step_sec, list(entropies), set(refuse_steps)
         self.loop: RLLoop | None = None
         self.batches_taken = 0
         self.queued_at_step_end: list[int] = []
         self.published: list[int] = []
-        self.checkpoints: list[tuple[int, dict]] = []
 
-    async def attempt(self, slot: Slot) -> AttemptOutcome:
-        await asyncio.sleep(0)
-        seg = Segment(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], rollout_logprobs=[0.0, -1.0, -1.0],
-                      topk_ids=[[], [2], [3]], topk_logprobs=[[], [-1.0], [-1.0]],
-                      weight_version=[-1, self.weight_version, self.weight_version])
-        trajectory = Trajectory(task_id=slot.task.id, attempt_id=slot.attempt_id, segments=[seg], n_turns=1)
-        solved = slot.index == 0
-        return AttemptOutcome(slot.task.id, slot.attempt_id, trajectory, Score(reward=float(solved), solved=solved), 1)
+    def solved(self, slot: Slot) -> bool:
+        return slot.index == 0
 
     async def train_step(self, groups):
         self.batches_taken += 1
@@ -72,15 +67,6 @@ class FakeHooks:
 
     async def save_checkpoint(self, cursor):
         self.checkpoints.append((self.step, cursor))
-
-    async def engine_busy_sec(self):
-        return 0.0
-
-    def engine_count(self):
-        return 1
-
-    def extra_metrics(self):
-        return {}
 
 
 def _loop(hooks, tmp_path, *, steps, objective=None, cursor=None, **kw) -> RLLoop:

@@ -12,11 +12,12 @@ import asyncio
 import json
 
 import pytest
+from fake_loop import FakeLoopHooks
 
 from fireflash.cli.train import _mix_caption
 from fireflash.curation.config import CurationConfig
 from fireflash.curation.mix import SourceMix
-from fireflash.protocols import Score, Segment, Task, Trajectory
+from fireflash.protocols import Task
 from fireflash.rl.config import ObjectiveConfig
 from fireflash.rollout.attempts import AttemptOutcome
 from fireflash.runtime.groups import GroupScheduler, Slot
@@ -32,44 +33,20 @@ WEIGHTS = {"agentic": 0.52, "swe": 0.48}
 TASKS = [Task(id=t, instruction=f"solve {t}", metadata={"source": s}) for s, ids in SOURCES.items() for t in ids]
 
 
-class MixHooks:
+class MixHooks(FakeLoopHooks):
     """Instant attempts (even attempt indices solve, so every group has signal) and instant steps; records the
     task of each group."""
 
     def __init__(self, step: int = 0) -> None:
-        self.step = self.weight_version = step
+        super().__init__(step)
         self.group_tasks: dict[int, str] = {}
-        self.checkpoints: list[dict] = []
 
-    async def attempt(self, slot: Slot) -> AttemptOutcome:
-        await asyncio.sleep(0)
+    def outcome(self, slot: Slot) -> AttemptOutcome:
         self.group_tasks[slot.group_id] = slot.task.id
-        seg = Segment(token_ids=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0], topk_ids=[[], [2]],
-                      topk_logprobs=[[], [-1.0]], weight_version=[-1, self.weight_version])
-        trajectory = Trajectory(task_id=slot.task.id, attempt_id=slot.attempt_id, segments=[seg], n_turns=1)
-        solved = slot.index % 2 == 0
-        return AttemptOutcome(slot.task.id, slot.attempt_id, trajectory, Score(reward=float(solved), solved=solved), 1)
-
-    async def train_step(self, groups):
-        await asyncio.sleep(0)
-        self.step += 1
-        self.weight_version += 1
-        return {"step_sec": 0.0, "entropy/mean": 1.0}
-
-    async def publish_weights(self):
-        pass
+        return super().outcome(slot)
 
     async def save_checkpoint(self, cursor):
         self.checkpoints.append(json.loads(json.dumps(cursor)))  # as a checkpoint stores it
-
-    async def engine_busy_sec(self):
-        return 0.0
-
-    def engine_count(self):
-        return 1
-
-    def extra_metrics(self):
-        return {}
 
 
 def _run(tmp_path, curation, steps=10, hooks=None, cursor=None):
