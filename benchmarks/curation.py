@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/curation.py [--quick] [--seeds 5] [--steps 60] [--modes uniform online online+stop]
     .venv/bin/python benchmarks/curation.py --runs runs/ab-uniform runs/ab-online   # the same table from real runs
+    .venv/bin/python benchmarks/curation.py --manifests PROBE.json REPROBE-A.json ...  # pass rates, same tasks
 
 The pool imitates the local recipe's (README: `configs/local.toml`'s 40 generated tasks, no probe manifest, group
 size 4, 2 trained groups per step, ~6 groups queued or sampling; the hour-long run: 110 of 192 groups zero-signal,
@@ -202,6 +203,25 @@ def summarize_run(run_dir: str, after_step: int = 10) -> dict:
     }
 
 
+def compare_manifests(paths: list[str]) -> None:
+    """Pass rate per probe manifest (``fireflash tasks probe``), on the first one's kept tasks and on all tasks: the
+    warm policy's probe first, then re-probes of each run's final checkpoint, so learning is read on the same tasks
+    whatever each sampler drew."""
+    import json
+
+    manifests = [{t["task_id"]: t for t in json.loads(Path(p).read_text())["tasks"]} for p in paths]
+    kept = [tid for tid, t in manifests[0].items() if t["kept"]]
+    print(f"{'probe manifest':44} {'pass, kept (' + str(len(kept)) + ')':>16} {'pass, all':>10} {'kept tasks up/same/down':>24}")
+    for path, m in zip(paths, manifests):
+        def rate(ids: list[str]) -> float:
+            ids = [t for t in ids if t in m]
+            return sum(m[t]["passes"] for t in ids) / max(sum(m[t]["attempts"] for t in ids), 1)
+        moves = [(m[t]["pass_rate"] > manifests[0][t]["pass_rate"]) - (m[t]["pass_rate"] < manifests[0][t]["pass_rate"])
+                 for t in kept if t in m]
+        print(f"{path:44} {rate(kept):16.2f} {rate(list(m)):10.2f} "
+              f"{moves.count(1):>12}/{moves.count(0)}/{moves.count(-1)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 seeds × 40 steps")
@@ -218,7 +238,12 @@ def main() -> None:
     ap.add_argument("--fail-slower", type=float, default=1.5, help="duration factor of an unsolved attempt")
     ap.add_argument("--duration-sigma", type=float, default=0.5, help="lognormal sigma of attempt durations")
     ap.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="summarise real runs instead of simulating")
+    ap.add_argument("--manifests", nargs="+", metavar="MANIFEST",
+                    help="pass rates of probe manifests on the first one's kept tasks (the probe, then re-probes)")
     args = ap.parse_args()
+    if args.manifests:
+        compare_manifests(args.manifests)
+        return
     if args.runs:
         print(f"{'run':24} {'steps':>5} {'zero all':>9} {'zero >10':>9} {'pred >10':>9} {'pass 1st10':>10} "
               f"{'pass last10':>11} {'retired':>8} {'readmit':>8} {'cancelled':>9} {'cut/attempts':>12}")
