@@ -65,9 +65,22 @@ class SimTask:
         self.usual = rng.randrange(self.checks)  # checks an unsolved attempt usually passes
         self.stuck = rng.uniform(0.5, 0.95)
 
+    @classmethod
+    def binary(cls, p: float) -> "SimTask":
+        """A pass/fail task (unsolved attempts score 0), as the local recipe's generated tasks are."""
+        task = cls.__new__(cls)
+        p = min(max(p, 1e-3), 1 - 1e-3)
+        task.logit, task.checks, task.usual, task.stuck = math.log(p / (1 - p)), 1, 0, 1.0
+        return task
+
     @property
     def p(self) -> float:
         return 1 / (1 + math.exp(-self.logit))
+
+    def zero_signal(self, group_size: int) -> float:
+        """The true P(all ``group_size`` attempts share one outcome): what the ``oracle`` mode draws by."""
+        fail = [(self.stuck if k == self.usual else 0.0) + (1 - self.stuck) / self.checks for k in range(self.checks)]
+        return self.p ** group_size + sum(((1 - self.p) * q) ** group_size for q in fail)
 
     def attempt(self, rng: random.Random) -> tuple[bool, float]:
         if rng.random() < self.p:
@@ -78,22 +91,31 @@ class SimTask:
 
 def simulate(
     sampler_kind: str, seed: int, steps: int, inflight: int, learn: float, transfer: float, probe: bool,
-    cfg: CurationConfig, fail_slower: float = 1.5, duration_sigma: float = 0.5,
+    cfg: CurationConfig, fail_slower: float = 1.5, duration_sigma: float = 0.5, manifest_tasks: list[dict] | None = None,
 ) -> dict:
     """One simulated run; returns its row (see the module docstring). Attempt durations are lognormal(0,
     ``duration_sigma``) time units, an unsolved attempt's × ``fail_slower`` (it runs into its turn budget), so the
     early-stop rule sees the quick outcomes first as it does in a real run."""
     world = random.Random(seed)
-    candidates = {f"t{i:02d}": SimTask(world) for i in range(60 if probe else 40)}
-    probe_rng = random.Random(seed + 1000)
     manifest = []
-    for tid, task in candidates.items() if probe else ():
-        outs = [task.attempt(probe_rng) for _ in range(4)]
-        passes = sum(s for s, _ in outs)
-        manifest.append((tid, passes, 4, statistics.fmean(r for _, r in outs)))
-    kept = [tid for tid, passes, n, _ in manifest if 0.15 <= passes / n <= 0.85] if probe else sorted(candidates)
+    if manifest_tasks:  # a real probe: its counts seed the sampler, true rates drawn from their posteriors
+        candidates = {t["task_id"]: SimTask.binary(world.betavariate(t["passes"] + 0.5, t["attempts"] - t["passes"] + 0.5))
+                      for t in manifest_tasks}
+        manifest = [(t["task_id"], t["passes"], t["attempts"], t["mean_reward"]) for t in manifest_tasks]
+        kept = [t["task_id"] for t in manifest_tasks if t["kept"]]
+    else:
+        candidates = {f"t{i:02d}": SimTask(world) for i in range(60 if probe else 40)}
+        probe_rng = random.Random(seed + 1000)
+        for tid, task in candidates.items() if probe else ():
+            outs = [task.attempt(probe_rng) for _ in range(4)]
+            passes = sum(s for s, _ in outs)
+            manifest.append((tid, passes, 4, statistics.fmean(r for _, r in outs)))
+        kept = [tid for tid, passes, n, _ in manifest if 0.15 <= passes / n <= 0.85] if probe else sorted(candidates)
     tasks = {tid: candidates[tid] for tid in kept}
-    sampler = TaskSampler(kept, cfg.model_copy(update={"sampler": sampler_kind}), GROUP_SIZE, seed)
+    oracle = sampler_kind == "oracle"
+    sampler = TaskSampler(kept, cfg.model_copy(update={"sampler": "online" if oracle else sampler_kind}), GROUP_SIZE, seed)
+    if oracle:  # knows every task's true rate as it drifts: the floor no estimate can beat
+        sampler._zero_signal_estimate = lambda tid, rng: tasks[tid].zero_signal(GROUP_SIZE)
     sampler.seed_probe(m for m in manifest if m[0] in tasks)
     order = sorted(kept)
     pool_p_start = statistics.fmean(t.p for t in tasks.values())
@@ -231,10 +253,14 @@ def main() -> None:
     ap.add_argument("--learn", type=float, default=0.15, help="logit gain of a task per trained group")
     ap.add_argument("--transfer", type=float, default=0.005, help="logit gain of every task per trained group")
     ap.add_argument("--probe", action="store_true", help="probe 60 candidates and keep 15-85 %% (else 40, unfiltered)")
+    ap.add_argument("--pool-manifest", metavar="MANIFEST",
+                    help="a real probe manifest (fireflash tasks probe) as the pool: its kept tasks, its counts as the "
+                    "probe, each task's true rate drawn from Beta(passes + 0.5, failures + 0.5), pass/fail rewards")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a [runtime.curation] field, e.g. --set draw_weight_power=1")
     ap.add_argument("--modes", nargs="+", default=["uniform", "online", "online+stop"],
-                    help="samplers to compare; '+stop' turns early_stop on")
+                    help="samplers to compare; '+stop' turns early_stop on; 'oracle': online drawing by each task's "
+                    "true P(zero signal) (simulation only: the floor for this pool)")
     ap.add_argument("--fail-slower", type=float, default=1.5, help="duration factor of an unsolved attempt")
     ap.add_argument("--duration-sigma", type=float, default=0.5, help="lognormal sigma of attempt durations")
     ap.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="summarise real runs instead of simulating")
@@ -255,8 +281,13 @@ def main() -> None:
         return
     seeds, steps = (3, 40) if args.quick else (args.seeds, args.steps)
     cfg = CurationConfig(**dict(kv.split("=", 1) for kv in args.set))
+    manifest_tasks = None
+    if args.pool_manifest:
+        import json
+
+        manifest_tasks = json.loads(Path(args.pool_manifest).read_text())["tasks"]
     print(f"{seeds} seeds × {steps} steps × {GROUPS_PER_STEP} groups of {GROUP_SIZE}; {args.inflight} in flight; "
-          f"learn {args.learn}, transfer {args.transfer}; {'probe-filtered' if args.probe else 'unfiltered'}; "
+          f"learn {args.learn}, transfer {args.transfer}; {args.pool_manifest or ('probe-filtered' if args.probe else 'unfiltered')}; "
           f"unsolved attempts {args.fail_slower}× slower; {cfg.model_dump()}")
     print(f"{'mode':11} {'pool':>4} {'zero all':>8} {'zero≥10':>7} {'pred≥10':>7} {'|err|':>5} {'waste≥10':>8} "
           f"{'true p':>9} {'pass 1st/last10':>15} {'time':>5} {'compute':>7} {'cancel':>6} {'false':>5} "
@@ -267,7 +298,7 @@ def main() -> None:
         kind, _, stop = mode.partition("+")
         mode_cfg = cfg.model_copy(update={"early_stop": bool(stop)})
         runs = [simulate(kind, s, steps, args.inflight, args.learn, args.transfer, args.probe, mode_cfg,
-                         args.fail_slower, args.duration_sigma) for s in range(seeds)]
+                         args.fail_slower, args.duration_sigma, manifest_tasks) for s in range(seeds)]
         m = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
         err = statistics.fmean(abs(r["predicted_late"] - r["zero_late"]) for r in runs)
         print(f"{mode:11} {m['pool']:4.0f} {m['zero_all']:8.1%} {m['zero_late']:7.1%} {m['predicted_late']:7.1%} "
