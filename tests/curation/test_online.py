@@ -57,6 +57,17 @@ def test_counts_decay_by_half_life_in_weight_versions():
     assert rates.alphas("t", 7) == pytest.approx({SOLVED: 0.5 + 1.0, "0.0000": 0.5 + 4.0})
 
 
+def test_a_trained_group_discounts_its_tasks_counts_and_a_zero_signal_group_does_not():
+    rates = PassRates(["t"], group_size=4, half_life_versions=1e9, prior_attempts=1.0, trained_group_discount=0.5)
+    rates.record("t", [(True, 1.0)] * 4, version=0)  # all solved: nothing trained on, kept whole
+    assert rates.tasks["t"].counts == {SOLVED: 4.0}
+    rates.record("t", [(True, 1.0)] * 3 + [(False, 0.0)], version=1)  # trained on: (4 + 3, 1) halved
+    assert rates.tasks["t"].counts == pytest.approx({SOLVED: 3.5, "0.0000": 0.5})
+    assert rates.alphas("t", 1) == pytest.approx({SOLVED: 4.0, "0.0000": 1.0})
+    with pytest.raises(ValueError, match="trained_group_discount"):
+        PassRates(["t"], group_size=4, half_life_versions=1.0, prior_attempts=1.0, trained_group_discount=0.0)
+
+
 def test_probe_manifest_seeds_solved_and_the_mean_partial_reward():
     rates = PassRates(["a", "b"], group_size=4, half_life_versions=10.0, prior_attempts=1.0)
     # 1 of 4 solved (R = 1), mean reward 0.55 → the 3 others average (2.2 − 1) / 3 = 0.4

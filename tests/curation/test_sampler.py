@@ -151,3 +151,9 @@ def test_config_fields_are_validated_with_their_path(tmp_path):
     assert "runtime.curation.sampler" in str(e.value) and "runtime.curation.half_life_versions" in str(e.value)
     cfg = load_config(None, ["runtime.curation.sampler=uniform", "runtime.curation.retire_after_groups=5"])
     assert cfg.runtime.curation.sampler == "uniform" and cfg.runtime.curation.retire_after_groups == 5
+
+
+def test_the_trained_group_discount_reaches_the_pass_rate_state():
+    s = _sampler(CurationConfig(trained_group_discount=0.25))
+    s.settle(0, "mid", MIXED4)  # probe 10 + 2 solved, 10 + 2 failed, then a quarter of each
+    assert s.rates.tasks["mid"].counts == pytest.approx({"solved": 3.0, "0.0000": 3.0})

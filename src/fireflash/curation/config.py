@@ -29,6 +29,12 @@ class CurationConfig(BaseModel):
         20.0, gt=0, description="Weight versions after which a past attempt (probe or training) counts half in a "
         "task's pass-rate state: older policies say less about the current one."
     )
+    trained_group_discount: float = Field(
+        0.5, gt=0, le=1, description="After each group with signal (one GRPO trains on), multiply that task's "
+        "counts by this: training on a task moves its rate faster than the pool's half life follows. On a "
+        "simulated pool fitted to the local recipe's real A/B (benchmarks/curation.py --pool-manifest, --learn "
+        "0.3) it brings the predicted zero-signal share from 16 to 6 points of the actual; 1: off."
+    )
     prior_attempts: float = Field(
         1.0, gt=0, description="Pseudo-attempts of the Dirichlet prior, split evenly between 'solved' and "
         "'unsolved with reward 0'; the whole state of a task neither probed nor drawn yet."

@@ -13,7 +13,9 @@ too, which 1 − p^G − (1 − p)^G would miss. Few observations make it lower 
 task not seen for a while looks worth drawing again.
 
 Decay: an attempt observed at weight version u counts 2^(−(v − u) / half_life_versions) at version v, so the
-state follows the policy as it learns. The probe manifest seeds each task at version 0 (its passes as
+state follows the policy as it learns. Training on a task moves its own rate faster than a weight version moves
+the pool's, so a group with signal (the one GRPO trains on) also multiplies the task's counts, its own included, by
+``trained_group_discount``: what the task did before that update says less about it after. The probe manifest seeds each task at version 0 (its passes as
 ``"solved"``, its other attempts at their mean partial reward: the manifest keeps no per-attempt rewards).
 
 The state is JSON-able (``state_dict``) and travels in the checkpoint's cursor, so ``--resume`` continues it.
@@ -112,15 +114,20 @@ class PassRates:
         group_size: attempts per group, G.
         half_life_versions: weight versions after which an observation counts half (> 0).
         prior_attempts: pseudo-attempts of the prior, half ``"solved"``, half ``"0.0000"`` (> 0).
+        trained_group_discount: factor on a task's counts after each of its groups with signal, in (0, 1]; 1: none.
 
     Raises:
-        ValueError: a non-positive half life or prior.
+        ValueError: a non-positive half life or prior, or a discount outside (0, 1].
     """
 
-    def __init__(self, task_ids: Iterable[str], group_size: int, half_life_versions: float, prior_attempts: float):
+    def __init__(self, task_ids: Iterable[str], group_size: int, half_life_versions: float, prior_attempts: float,
+                 trained_group_discount: float = 1.0):
         if half_life_versions <= 0 or prior_attempts <= 0:
             raise ValueError(f"half_life_versions ({half_life_versions}) and prior_attempts ({prior_attempts}) must be > 0")
+        if not 0 < trained_group_discount <= 1:
+            raise ValueError(f"trained_group_discount ({trained_group_discount}) must be in (0, 1]")
         self.group_size, self.half_life, self.prior = group_size, half_life_versions, prior_attempts
+        self.trained_group_discount = trained_group_discount
         self.tasks: dict[str, TaskState] = {tid: TaskState() for tid in task_ids}
 
     def seed(self, task_id: str, passes: int, attempts: int, mean_reward: float) -> None:
@@ -157,7 +164,8 @@ class PassRates:
 
     def record(self, task_id: str, results: Sequence[tuple[bool, float]], version: int) -> ZeroKind:
         """Add a graded group's ``(solved, reward)`` per attempt, sampled at about weight ``version``; returns
-        the group's kind and updates the task's zero-signal streak."""
+        the group's kind and updates the task's zero-signal streak. A group with signal then discounts the task's
+        counts by ``trained_group_discount`` (the module docstring)."""
         state = self.tasks[task_id]
         state.counts = self._decayed(state, version)
         state.version = max(version, state.version)
@@ -168,6 +176,7 @@ class PassRates:
         state.groups += 1
         if kind == "signal":
             state.streak_kind, state.streak = None, 0
+            state.counts = {k: c * self.trained_group_discount for k, c in state.counts.items()}
         else:
             state.zero_signal_groups += 1
             state.streak = state.streak + 1 if state.streak_kind == kind else 1

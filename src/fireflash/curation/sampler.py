@@ -64,7 +64,8 @@ class TaskSampler:
         if not self.task_ids:
             raise ValueError("the task pool is empty: check tasks.paths (and tasks.pool_manifest)")
         self.cfg, self.group_size, self.seed = cfg, group_size, seed
-        self.rates = PassRates(self.task_ids, group_size, cfg.half_life_versions, cfg.prior_attempts)
+        self.rates = PassRates(self.task_ids, group_size, cfg.half_life_versions, cfg.prior_attempts,
+                               cfg.trained_group_discount)
         self.weight_version = 0  # set by the loop after each step
         self.groups_drawn = 0
         self.groups_settled = 0
