@@ -225,6 +225,32 @@ def summarize_run(run_dir: str, after_step: int = 10) -> dict:
     }
 
 
+def task_trends(run_dir: str) -> tuple[int, int, int, float, float]:
+    """Per task drawn at least twice, its solve rate over the earlier half of its attempts (by weight version) vs the
+    later half, from the run's saved trajectories: (tasks up, same, down, mean earlier, mean later). Learning read
+    within each task, since what each sampler draws differs."""
+    import json
+
+    by_task: dict[str, list[tuple[int, bool]]] = {}
+    for path in Path(run_dir, "trajectories").glob("g*/a*.json"):
+        meta = json.loads(path.read_text())["metadata"]
+        versions = [t["weight_version"] for t in meta.get("turns", [])]
+        if versions and "score" in meta:
+            by_task.setdefault(json.loads(path.read_text())["task_id"], []).append((min(versions), meta["score"]["solved"]))
+    moves, early, late = [], [], []
+    for attempts in by_task.values():
+        if len(attempts) < 8:
+            continue
+        attempts.sort()
+        half = len(attempts) // 2
+        a, b = (statistics.fmean(s for _, s in part) for part in (attempts[:half], attempts[half:]))
+        moves.append((b > a) - (b < a))
+        early.append(a)
+        late.append(b)
+    mean = statistics.fmean if early else (lambda xs: math.nan)
+    return moves.count(1), moves.count(0), moves.count(-1), mean(early), mean(late)
+
+
 def compare_manifests(paths: list[str]) -> None:
     """Pass rate per probe manifest (``fireflash tasks probe``), on the first one's kept tasks and on all tasks: the
     warm policy's probe first, then re-probes of each run's final checkpoint, so learning is read on the same tasks
@@ -273,11 +299,16 @@ def main() -> None:
     if args.runs:
         print(f"{'run':24} {'steps':>5} {'zero all':>9} {'zero >10':>9} {'pred >10':>9} {'pass 1st10':>10} "
               f"{'pass last10':>11} {'retired':>8} {'readmit':>8} {'cancelled':>9} {'cut/attempts':>12}")
+        trends = []
         for run in args.runs:
             r = summarize_run(run)
+            trends.append((run, task_trends(run)))
             print(f"{run:24} {r['steps']:5d} {r['zero_all']:9.1%} {r['zero_late']:9.1%} {r['predicted_late']:9.1%} "
                   f"{r['pass_first']:10.2f} {r['pass_last']:11.2f} {r['retired']:8.0f} {r['readmitted']:8.0f} "
                   f"{r['cancelled']:9.0f} {r['cancelled_attempts']:5.0f}/{r['attempts']:<6.0f}")
+        print("tasks with >= 8 attempts, solve rate over the earlier vs the later half of their attempts:")
+        for run, (up, same, down, early, late) in trends:
+            print(f"{run:24} up/same/down {up}/{same}/{down}, mean {early:.2f} → {late:.2f}")
         return
     seeds, steps = (3, 40) if args.quick else (args.seeds, args.steps)
     cfg = CurationConfig(**dict(kv.split("=", 1) for kv in args.set))
