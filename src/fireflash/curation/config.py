@@ -15,8 +15,8 @@ class CurationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sampler: Literal["online", "uniform"] = Field(
-        "online", description="'online': draw a task by its chance of a group with signal (Thompson sample of "
-        "1 - sum_v pi_v^G, curation/sampler.py); 'uniform': every task once per epoch in a seeded shuffle."
+        "online", description="'online': draw a task by its chance of a group with signal (draw_estimate, "
+        "curation/sampler.py); 'uniform': every task once per epoch in a seeded shuffle."
     )
     draw_estimate: Literal["predictive", "thompson"] = Field(
         "predictive", description="The chance of signal a draw weighs: 'predictive', the posterior predictive "
@@ -52,8 +52,8 @@ class CurationConfig(BaseModel):
         "power), so a Thompson draw that lands at 0 or 1 does not zero a task out."
     )
     draw_weight_power: float = Field(
-        6.0, gt=0, description="Draw weight = (estimated chance of signal, draw_estimate) ** this: 1 draws in proportion to it, "
-        "higher concentrates the draws on the likeliest tasks (benchmarks/curation.py compares them)."
+        6.0, gt=0, description="Draw weight = (estimated chance of signal, draw_estimate) ** this: 1 draws in "
+        "proportion to it, higher concentrates the draws on the likeliest tasks (benchmarks/curation.py compares them)."
     )
     open_group_power: float = Field(
         2.0, ge=0, description="Draw weight divided by (1 + the task's groups still sampling) ** this: spreads the "

@@ -15,8 +15,9 @@ task not seen for a while looks worth drawing again.
 Decay: an attempt observed at weight version u counts 2^(−(v − u) / half_life_versions) at version v, so the
 state follows the policy as it learns. Training on a task moves its own rate faster than a weight version moves
 the pool's, so a group with signal (the one GRPO trains on) also multiplies the task's counts, its own included, by
-``trained_group_discount``: what the task did before that update says less about it after. The probe manifest seeds each task at version 0 (its passes as
-``"solved"``, its other attempts at their mean partial reward: the manifest keeps no per-attempt rewards).
+``trained_group_discount``: what the task did before that update says less about it after. The probe manifest
+seeds each task at version 0 (its passes as ``"solved"``, its other attempts at their mean partial reward: the
+manifest keeps no per-attempt rewards).
 
 The state is JSON-able (``state_dict``) and travels in the checkpoint's cursor, so ``--resume`` continues it.
 """
