@@ -233,10 +233,11 @@ def task_trends(run_dir: str) -> tuple[int, int, int, float, float]:
 
     by_task: dict[str, list[tuple[int, bool]]] = {}
     for path in Path(run_dir, "trajectories").glob("g*/a*.json"):
-        meta = json.loads(path.read_text())["metadata"]
+        trajectory = json.loads(path.read_text())
+        meta = trajectory["metadata"]
         versions = [t["weight_version"] for t in meta.get("turns", [])]
         if versions and "score" in meta:
-            by_task.setdefault(json.loads(path.read_text())["task_id"], []).append((min(versions), meta["score"]["solved"]))
+            by_task.setdefault(trajectory["task_id"], []).append((min(versions), meta["score"]["solved"]))
     moves, early, late = [], [], []
     for attempts in by_task.values():
         if len(attempts) < 8:
